@@ -1,0 +1,152 @@
+"""Scaled dot-product and multi-head attention.
+
+Two code paths compute the same function:
+
+* the hand-written path (`scaled_dot_product`) materialises the attention matrix, so it can be returned,
+  plotted and differentiated (explainability);
+* the fused path (`torch.nn.functional.scaled_dot_product_attention`) never materialises it and is what
+  training and generation use.
+
+Masks follow one convention everywhere: ``mask == 0`` (or ``False``) means "this query may not look at
+this key".
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def expand_mask(mask: Tensor) -> Tensor:
+    """Broadcast a mask to 4 dimensions [batch, heads, queries, keys].
+
+    2D [T, T] -> [1, 1, T, T] (one mask for every sequence and head), 3D [B, T, T] -> [B, 1, T, T]
+    (one per sequence, shared by heads), 4D is returned unchanged.
+    """
+    if mask.ndim < 2:
+        raise ValueError(f"mask must have at least 2 dimensions [queries, keys], got shape {tuple(mask.shape)}")
+    if mask.ndim == 2:
+        return mask.unsqueeze(0).unsqueeze(0)
+    if mask.ndim == 3:
+        return mask.unsqueeze(1)
+    return mask
+
+
+def causal_mask(num_queries: int, num_keys: int, device: torch.device | None = None) -> Tensor:
+    """Boolean [Tq, Tk] mask letting query i see keys 0 .. (Tk - Tq + i).
+
+    With Tq == Tk this is the lower triangle; with a KV cache the queries are the last Tq positions of a
+    sequence of length Tk, so the triangle is shifted right by Tk - Tq.
+    """
+    ones = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
+    return torch.tril(ones, diagonal=num_keys - num_queries)
+
+
+def scaled_dot_product(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (Vaswani et al., 2017, eq. 1).
+
+    q: [..., Tq, d_k], k: [..., Tk, d_k], v: [..., Tk, d_v]; mask broadcastable to [B, H, Tq, Tk] by
+    `expand_mask`. Returns (values [..., Tq, d_v], attention [..., Tq, Tk]); each attention row is a
+    probability distribution over keys, exactly 0 where the mask is 0.
+    Dividing by sqrt(d_k) keeps the logits' variance near 1, so the softmax does not saturate.
+    """
+    logits = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+    if mask is not None:
+        logits = logits.masked_fill(expand_mask(mask) == 0, torch.finfo(logits.dtype).min)
+    attention = F.softmax(logits, dim=-1)
+    return torch.matmul(attention, v), attention
+
+
+class KVCache:
+    """Keys and values of the positions already seen by one attention layer, for fast decoding.
+
+    Preallocated to `max_len` positions; `update` writes the new keys/values after the cached ones and
+    returns everything cached so far. Positions are absolute, so a full cache cannot slide: the caller
+    (`TransformerPredictor.generate`) decides what to re-encode when it is full.
+    """
+
+    def __init__(self, batch: int, num_heads: int, max_len: int, head_dim: int, like: Tensor):
+        shape = (batch, num_heads, max_len, head_dim)
+        self.k = torch.empty(shape, dtype=like.dtype, device=like.device)
+        self.v = torch.empty(shape, dtype=like.dtype, device=like.device)
+        self.length = 0
+
+    @property
+    def max_len(self) -> int:
+        return self.k.size(2)
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        end = self.length + k.size(2)
+        if end > self.max_len:
+            raise RuntimeError(f"KV cache overflow: {end} positions > capacity {self.max_len}")
+        self.k[:, :, self.length : end] = k
+        self.v[:, :, self.length : end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class MultiheadAttention(nn.Module):
+    """MultiHead(X) = Concat(head_1, ..., head_h) W^O with head_i = Attention(X W_i^Q, X W_i^K, X W_i^V).
+
+    One fused linear layer computes Q, K and V for all heads. Its output is laid out [q | k | v], each
+    [head_1 | ... | head_h], which is exactly `torch.nn.MultiheadAttention.in_proj_weight`, so weights
+    transfer between the two (a test checks they agree).
+    """
+
+    def __init__(self, input_dim: int, embed_dim: int, num_heads: int):
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.qkv_proj = nn.Linear(input_dim, 3 * embed_dim)
+        self.o_proj = nn.Linear(embed_dim, embed_dim)
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """Xavier-uniform weights and zero biases, as in the original Transformer implementation."""
+        nn.init.xavier_uniform_(self.qkv_proj.weight)
+        nn.init.zeros_(self.qkv_proj.bias)
+        nn.init.xavier_uniform_(self.o_proj.weight)
+        nn.init.zeros_(self.o_proj.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        return_attention: bool = False,
+        causal: bool = False,
+        kv_cache: KVCache | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """x: [B, T, input_dim] -> [B, T, embed_dim] (and attention [B, H, T, T_keys] if asked).
+
+        `causal=True` adds the causal mask (position t attends to positions <= t). `kv_cache` prepends
+        the cached keys/values of earlier positions. `return_attention=True` takes the hand-written path
+        so the attention weights can be returned and differentiated; otherwise the fused kernel runs.
+        """
+        batch, seq_len, _ = x.shape
+        qkv = self.qkv_proj(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, H, T, head_dim]
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)
+        num_keys = k.size(2)
+
+        if causal:
+            causal_part = causal_mask(seq_len, num_keys, device=x.device)
+            mask = causal_part if mask is None else expand_mask(mask).bool() & causal_part
+
+        if return_attention:
+            values, attention = scaled_dot_product(q, k, v, mask=mask)
+        elif mask is None:
+            values = F.scaled_dot_product_attention(q, k, v)
+        elif causal and mask is causal_part and seq_len == num_keys:
+            values = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            values = F.scaled_dot_product_attention(q, k, v, attn_mask=expand_mask(mask).bool())
+
+        out = self.o_proj(values.transpose(1, 2).reshape(batch, seq_len, self.embed_dim))
+        return (out, attention) if return_attention else out

@@ -1,0 +1,102 @@
+"""Transformer blocks and stacks.
+
+A decoder-only (GPT-style) model is the same stack with a causal mask: there is no cross-attention, so
+`TransformerDecoder` is `TransformerEncoder(causal=True)`.
+"""
+
+from torch import Tensor, nn
+
+from transformer_lab.nn.attention import KVCache, MultiheadAttention
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention then a position-wise MLP, each wrapped in a residual connection and LayerNorm.
+
+    Post-norm (the original Transformer, `norm_first=False`):  x = LN(x + Attn(x)); x = LN(x + MLP(x)).
+    Pre-norm (GPT-2 and later, `norm_first=True`):             x = x + Attn(LN(x)); x = x + MLP(LN(x)).
+    Pre-norm keeps an identity path from input to output and trains deep stacks without careful warmup.
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        num_heads: int,
+        dim_feedforward: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+    ):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"model.activation={activation!r} is unknown; use one of {sorted(ACTIVATIONS)}")
+        self.norm_first = norm_first
+        self.self_attn = MultiheadAttention(input_dim, input_dim, num_heads)
+        self.linear_net = nn.Sequential(
+            nn.Linear(input_dim, dim_feedforward),
+            ACTIVATIONS[activation](),
+            nn.Dropout(dropout),
+            nn.Linear(dim_feedforward, input_dim),
+        )
+        self.norm1 = nn.LayerNorm(input_dim)
+        self.norm2 = nn.LayerNorm(input_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        kv_cache: KVCache | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """x: [B, T, D] -> [B, T, D] (and the attention weights [B, H, T, T] if `return_attention`)."""
+        attn_input = self.norm1(x) if self.norm_first else x
+        attn = self.self_attn(attn_input, mask, return_attention, causal, kv_cache)
+        attn_out, attention = attn if return_attention else (attn, None)
+        if self.norm_first:
+            x = x + self.dropout(attn_out)
+            x = x + self.dropout(self.linear_net(self.norm2(x)))
+        else:
+            x = self.norm1(x + self.dropout(attn_out))
+            x = self.norm2(x + self.dropout(self.linear_net(x)))
+        return (x, attention) if return_attention else x
+
+
+class TransformerEncoder(nn.Module):
+    """`num_layers` EncoderBlocks in sequence (plus a final LayerNorm when the blocks are pre-norm).
+
+    `causal=True` makes every block attend only to earlier positions: a decoder-only language model.
+    """
+
+    def __init__(self, num_layers: int, causal: bool = False, **block_args):
+        super().__init__()
+        self.causal = causal
+        self.layers = nn.ModuleList([EncoderBlock(**block_args) for _ in range(num_layers)])
+        norm_first = block_args.get("norm_first", False)
+        self.final_norm = nn.LayerNorm(block_args["input_dim"]) if norm_first else nn.Identity()
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, kv_caches: list[KVCache] | None = None) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask=mask, causal=self.causal, kv_cache=None if kv_caches is None else kv_caches[i])
+        return self.final_norm(x)
+
+    def get_attention_maps(self, x: Tensor, mask: Tensor | None = None) -> list[Tensor]:
+        """Attention weights of every layer, [B, H, T, T] each, from one forward pass with the mask.
+
+        The weights are the softmax outputs that multiply V, still in the autograd graph, so gradients
+        with respect to them can be taken (gradient-weighted attention).
+        """
+        maps = []
+        for layer in self.layers:
+            x, attention = layer(x, mask=mask, causal=self.causal, return_attention=True)
+            maps.append(attention)
+        return maps
+
+
+class TransformerDecoder(TransformerEncoder):
+    """Decoder-only stack (GPT): a `TransformerEncoder` whose blocks use a causal mask."""
+
+    def __init__(self, num_layers: int, **block_args):
+        super().__init__(num_layers, causal=True, **block_args)
