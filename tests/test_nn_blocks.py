@@ -22,7 +22,9 @@ def _copy_block_to_torch(block: EncoderBlock, ref: torch.nn.TransformerEncoderLa
 @pytest.mark.parametrize(("norm_first", "activation"), [(False, "relu"), (True, "gelu")])
 def test_encoder_block_equals_torch_layer(norm_first, activation):
     torch.manual_seed(0)
-    block = EncoderBlock(32, num_heads=4, dim_feedforward=64, norm_first=norm_first, activation=activation).eval()
+    block = EncoderBlock(
+        32, num_heads=4, dim_feedforward=64, norm_first=norm_first, activation=activation
+    ).eval()
     ref = torch.nn.TransformerEncoderLayer(
         32, 4, 64, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
     ).eval()
@@ -85,7 +87,11 @@ def test_positional_encoding_rejects_too_long_input():
 def _predictor(positional_encoding: str) -> TransformerPredictor:
     torch.manual_seed(0)
     return TransformerPredictor(
-        vocab_size=10, num_classes=10, model_dim=32, num_heads=4, num_layers=2,
+        vocab_size=10,
+        num_classes=10,
+        model_dim=32,
+        num_heads=4,
+        num_layers=2,
         positional_encoding=positional_encoding,
     ).eval()
 

@@ -26,9 +26,7 @@ METRICS = ("acc", "seq_acc", "bpc", "ppl")
 def _check_hparams(h: dict) -> None:
     """Reject impossible hyperparameters with a message naming the config key and the fix."""
     for key in ("vocab_size", "num_classes", "model_dim", "num_heads", "num_layers", "mlp_ratio", "max_len"):
-        require(
-            isinstance(h[key], int) and h[key] > 0, f"model.{key}={h[key]!r} must be a positive integer"
-        )
+        require(isinstance(h[key], int) and h[key] > 0, f"model.{key}={h[key]!r} must be a positive integer")
     for key in ("dim_feedforward", "max_iters", "block_size"):
         require(
             h[key] is None or (isinstance(h[key], int) and h[key] > 0),
@@ -142,7 +140,9 @@ class TransformerPredictor(L.LightningModule):
         """Token ids [B, T] at positions offset.. -> input vectors [B, T, model_dim] for the first block."""
         return self.positional_encoding(self.input_dropout(self.embedding(x)), offset)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, kv_caches: list[KVCache] | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, kv_caches: list[KVCache] | None = None
+    ) -> Tensor:
         """Token ids [B, T] -> logits [B, T, num_classes]. `mask == 0` hides a key from a query."""
         offset = kv_caches[0].length if kv_caches else 0
         return self.output_net(self.transformer(self.embed(x, offset), mask=mask, kv_caches=kv_caches))
@@ -254,7 +254,9 @@ class TransformerPredictor(L.LightningModule):
         outgrows the block size, cached and uncached decoding give identical results.
         """
         require(self.hparams.causal, "generate() needs a causal decoder (model=decoder)")
-        require(idx.ndim == 2 and idx.size(1) > 0, f"idx must be [batch, T>0] token ids, got {tuple(idx.shape)}")
+        require(
+            idx.ndim == 2 and idx.size(1) > 0, f"idx must be [batch, T>0] token ids, got {tuple(idx.shape)}"
+        )
         check_sampling_args(temperature, top_k, top_p)
         was_training = self.training
         self.eval()

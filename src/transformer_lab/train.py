@@ -84,7 +84,9 @@ def train(cfg: DictConfig) -> dict:
         block_size=datamodule.block_size,
     )
     trainer = build_trainer(cfg)
-    log.info(f"Training on {trainer.strategy.root_device} ({trainer.precision} precision), run dir {output_dir}")
+    log.info(
+        f"Training on {trainer.strategy.root_device} ({trainer.precision} precision), run dir {output_dir}"
+    )
 
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
@@ -95,7 +97,8 @@ def train(cfg: DictConfig) -> dict:
         metrics.update({k: float(v) for k, v in results[0].items()})
     metrics.update(
         metric=cfg.metric,
-        best_score=float(checkpoint.best_model_score) if best_path and checkpoint.best_model_score is not None
+        best_score=float(checkpoint.best_model_score)
+        if best_path and checkpoint.best_model_score is not None
         else None,
         best_ckpt_path=best_path or None,
         global_step=trainer.global_step,
@@ -113,7 +116,11 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
     scores = {f"hp/{k.replace('/', '_')}": v for k, v in metrics.items() if "/" in k}
     hparams = {
         **{f"model.{k}": v for k, v in trainer.lightning_module.hparams.items() if k != "vocab"},
-        **{f"data.{k}": v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items() if k != "_target_"},
+        **{
+            f"data.{k}": v
+            for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
+            if k != "_target_"
+        },
         "seed": cfg.get("seed"),
     }
     hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in hparams.items()}

@@ -47,8 +47,13 @@ class ReverseDataModule(L.LightningDataModule):
         seed: int = 0,
     ):
         super().__init__()
-        for key, value in (("seq_len", seq_len), ("train_size", train_size), ("val_size", val_size),
-                           ("test_size", test_size), ("batch_size", batch_size)):
+        for key, value in (
+            ("seq_len", seq_len),
+            ("train_size", train_size),
+            ("val_size", val_size),
+            ("test_size", test_size),
+            ("batch_size", batch_size),
+        ):
             require(isinstance(value, int) and value > 0, f"data.{key}={value!r} must be a positive integer")
         require(
             isinstance(num_categories, int) and num_categories >= 2,

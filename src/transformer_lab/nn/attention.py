@@ -25,7 +25,9 @@ def expand_mask(mask: Tensor) -> Tensor:
     (one per sequence, shared by heads), 4D is returned unchanged.
     """
     if mask.ndim < 2:
-        raise ValueError(f"mask must have at least 2 dimensions [queries, keys], got shape {tuple(mask.shape)}")
+        raise ValueError(
+            f"mask must have at least 2 dimensions [queries, keys], got shape {tuple(mask.shape)}"
+        )
     if mask.ndim == 2:
         return mask.unsqueeze(0).unsqueeze(0)
     if mask.ndim == 3:
@@ -43,9 +45,7 @@ def causal_mask(num_queries: int, num_keys: int, device: torch.device | None = N
     return torch.tril(ones, diagonal=num_keys - num_queries)
 
 
-def scaled_dot_product(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
+def scaled_dot_product(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (Vaswani et al., 2017, eq. 1).
 
     q: [..., Tq, d_k], k: [..., Tk, d_k], v: [..., Tk, d_v]; mask broadcastable to [B, H, Tq, Tk] by

@@ -77,7 +77,9 @@ class TransformerEncoder(nn.Module):
         norm_first = block_args.get("norm_first", False)
         self.final_norm = nn.LayerNorm(block_args["input_dim"]) if norm_first else nn.Identity()
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, kv_caches: list[KVCache] | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, kv_caches: list[KVCache] | None = None
+    ) -> Tensor:
         for i, layer in enumerate(self.layers):
             x = layer(x, mask=mask, causal=self.causal, kv_cache=None if kv_caches is None else kv_caches[i])
         return self.final_norm(x)
