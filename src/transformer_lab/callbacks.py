@@ -1,8 +1,13 @@
 """Lightning callbacks."""
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
+
+from transformer_lab import explain, plots
+from transformer_lab.errors import require
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -19,3 +24,44 @@ class BestCheckpoint(ModelCheckpoint):
             if bool(current.to(best.device) == best):
                 return trainer.strategy.reduce_boolean_decision(True)
         return super().check_monitor_top_k(trainer, current)
+
+
+class AttentionMapCallback(L.Callback):
+    """Log the attention grid (rows = layers, columns = heads) of one fixed validation example to
+    TensorBoard as the image `attention/val_example`, after every `every_n_epochs`-th validation.
+
+    The example is the first row of the first validation batch, cut to its first `max_tokens` tokens so
+    the figure stays readable and cheap (for a causal decoder the cut changes nothing before it). Does
+    nothing without a TensorBoard logger or a datamodule, on other ranks than 0, and during the sanity check.
+    """
+
+    def __init__(self, every_n_epochs: int = 1, max_tokens: int = 32):
+        require(
+            isinstance(every_n_epochs, int) and every_n_epochs > 0,
+            f"callbacks.attention_maps.every_n_epochs={every_n_epochs!r} must be a positive integer",
+        )
+        self.every_n_epochs = every_n_epochs
+        self.max_tokens = max_tokens
+        self._example: Tensor | None = None
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logger = next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+        skip = (
+            logger is None
+            or trainer.datamodule is None
+            or trainer.sanity_checking
+            or not trainer.is_global_zero
+        )
+        if skip or trainer.current_epoch % self.every_n_epochs:
+            return
+        if self._example is None:
+            x, _ = next(iter(trainer.datamodule.val_dataloader()))
+            self._example = x[:1, : self.max_tokens]
+        x = self._example.to(pl_module.device)
+        with torch.no_grad():
+            maps = explain.attention_maps(pl_module, x)
+        vocab = pl_module.hparams.get("vocab") or [str(i) for i in range(pl_module.hparams.vocab_size)]
+        tokens = [vocab[i] for i in x[0].tolist()]
+        title = f"Validation example, epoch {trainer.current_epoch}"
+        figure = plots.attention_grid(maps, tokens, title=title)
+        logger.experiment.add_figure("attention/val_example", figure, global_step=trainer.global_step)

@@ -1,0 +1,127 @@
+"""Tutorial figures as PNGs.
+
+    python scripts/plots.py positional_encoding [model_dim=32] [positions=64] [dims=4] [out_dir=plots]
+    python scripts/plots.py lr_schedule [task=reverse] [any train.py override ...] [out_dir=plots]
+
+positional_encoding writes positional_encoding.png (position x hidden dimension) and
+positional_encoding_curves.png (the sin/cos curves of the first `dims` dimensions).
+lr_schedule composes the training config exactly as `python train.py <overrides>` would and draws the
+learning rate of every optimisation step from the real CosineWarmupScheduler: lr_schedule.png.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from transformer_lab import plots
+from transformer_lab.errors import ConfigError, require
+from transformer_lab.train import CONFIG_DIR, user_error
+
+PE_KEYS = {"model_dim": 32, "positions": 64, "dims": 4}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{positional_encoding,lr_schedule}"
+    )
+    pe = commands.add_parser("positional_encoding", help="sinusoidal positional encoding heatmap and curves")
+    pe.add_argument(
+        "args", nargs="*", metavar="key=value", help="model_dim=32 positions=64 dims=4 out_dir=plots"
+    )
+    lr = commands.add_parser("lr_schedule", help="the learning-rate schedule of a training config")
+    lr.add_argument(
+        "args", nargs="*", metavar="key=value", help="train.py overrides (task=..., model.*) and out_dir"
+    )
+    return parser.parse_args(argv)
+
+
+def split_out_dir(args: list[str]) -> tuple[Path, list[str]]:
+    """Take `out_dir=...` out of the key=value arguments."""
+    out_dirs = [a.partition("=")[2] for a in args if a.startswith("out_dir=")]
+    return Path(out_dirs[-1] if out_dirs else "plots"), [a for a in args if not a.startswith("out_dir=")]
+
+
+def positional_encoding(args: list[str], out_dir: Path) -> list[Path]:
+    values = dict(PE_KEYS)
+    for token in args:
+        key, sep, value = token.partition("=")
+        require(
+            bool(sep) and key in PE_KEYS,
+            f"unknown argument {token!r}; use model_dim=, positions=, dims=, out_dir=",
+        )
+        require(value.isdigit() and int(value) > 0, f"{key}={value} must be a positive integer")
+        values[key] = int(value)
+    require(values["model_dim"] % 2 == 0, f"model_dim={values['model_dim']} must be even (sin/cos pairs)")
+    require(
+        values["dims"] <= values["model_dim"],
+        f"dims={values['dims']} is more than model_dim={values['model_dim']}",
+    )
+    heatmap = plots.positional_encoding_heatmap(values["model_dim"], values["positions"])
+    curves = plots.positional_encoding_curves(values["model_dim"], values["positions"], values["dims"])
+    return [
+        save(heatmap, out_dir / "positional_encoding.png"),
+        save(curves, out_dir / "positional_encoding_curves.png"),
+    ]
+
+
+def training_steps(cfg: DictConfig) -> int:
+    """model.max_iters, or what the Trainer would count: batches per epoch x max_epochs, capped by
+    trainer.max_steps (the same default the model uses)."""
+    if cfg.model.get("max_iters"):
+        return int(cfg.model.max_iters)
+    datamodule = instantiate(cfg.data)
+    datamodule.setup("fit")
+    steps = len(datamodule.train_dataloader()) * cfg.trainer.max_epochs
+    max_steps = cfg.trainer.get("max_steps") or -1
+    return steps if max_steps < 0 else min(steps, max_steps)
+
+
+def lr_schedule(overrides: list[str], out_dir: Path) -> list[Path]:
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            cfg = compose("train", overrides=overrides)
+        max_iters = training_steps(cfg)
+    except HydraException as exc:
+        error = user_error(exc)
+        message = " ".join(str(exc).split("Config search path")[0].split())  # one line
+        raise error or ConfigError(message) from exc
+    model = cfg.model
+    require(
+        isinstance(model.lr, int | float) and model.lr > 0, f"model.lr={model.lr} must be a positive number"
+    )
+    require(isinstance(model.warmup, int) and model.warmup >= 0, f"model.warmup={model.warmup} must be >= 0")
+    title = f"{cfg.task_name}: lr={model.lr}, warmup={model.warmup} steps, {max_iters} steps in all"
+    return [
+        save(plots.lr_schedule(model.lr, model.warmup, max_iters, title=title), out_dir / "lr_schedule.png")
+    ]
+
+
+def save(figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    out_dir, rest = split_out_dir(args.args)
+    try:
+        written = (positional_encoding if args.command == "positional_encoding" else lr_schedule)(
+            rest, out_dir
+        )
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    print("Wrote " + ", ".join(str(p) for p in written))
+
+
+if __name__ == "__main__":
+    main()

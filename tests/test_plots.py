@@ -1,0 +1,147 @@
+"""transformer_lab.plots figures, and the callback that logs the attention grid to TensorBoard."""
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from lightning.pytorch.loggers import TensorBoardLogger
+from matplotlib.figure import Figure
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from transformer_lab import CosineWarmupScheduler, TransformerPredictor, plots
+from transformer_lab.callbacks import AttentionMapCallback
+from transformer_lab.data import ReverseDataModule
+from transformer_lab.errors import ConfigError
+from transformer_lab.nn import PositionalEncoding
+from transformer_lab.train import CONFIG_DIR
+
+
+def _tick_labels(ax, axis: str) -> list[str]:
+    ticks = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [t.get_text() for t in ticks]
+
+
+def _png_size(fig: Figure, path) -> int:
+    fig.savefig(path, dpi=100)
+    return path.stat().st_size
+
+
+def test_token_labels_show_whitespace():
+    assert plots.token_labels(["a", "\n", " ", "7"]) == ["a", "⏎", "␣", "7"]
+
+
+def test_attention_grid_layers_by_heads_with_token_ticks(tmp_path):
+    maps = [torch.rand(2, 3, 5, 5).softmax(-1) for _ in range(2)]  # 2 layers, 3 heads
+    tokens = ["a", "\n", " ", "b", "c"]
+    fig = plots.attention_grid(maps, tokens, index=1, title="grid")
+    panels, colorbar = fig.axes[:6], fig.axes[6:]
+    assert len(panels) == 6 and len(colorbar) == 1
+    assert panels[0].get_title() == "layer 1, head 1" and panels[5].get_title() == "layer 2, head 3"
+    assert _tick_labels(panels[3], "x") == ["a", "⏎", "␣", "b", "c"]  # bottom row
+    assert _tick_labels(panels[3], "y") == ["a", "⏎", "␣", "b", "c"]  # first column
+    assert _tick_labels(panels[4], "y") == [""] * 5
+    torch.testing.assert_close(torch.as_tensor(panels[5].images[0].get_array()), maps[1][1, 2])
+    assert panels[0].images[0].get_clim() == (0, 1)
+    assert _png_size(fig, tmp_path / "grid.png") > 5_000
+    one_example = plots.attention_grid([m[0] for m in maps], tokens)  # [H, T, T] per layer works too
+    assert len(one_example.axes) == 7
+
+
+def test_token_map_rows_columns_and_capped_colour_scale(tmp_path):
+    matrix = torch.eye(4) + 0.1
+    fig = plots.token_map(matrix, ["1", "2", "3", "4"], "rollout", row_tokens=["4", "3", "2", "1"], vmax=0.5)
+    ax, colorbar = fig.axes
+    assert _tick_labels(ax, "x") == ["1", "2", "3", "4"] and _tick_labels(ax, "y") == ["4", "3", "2", "1"]
+    assert ax.get_title() == "rollout" and ax.images[0].get_clim() == (0, 0.5)
+    assert colorbar.get_ylabel() == "weight"
+    assert fig.axes[0].images[0].colorbar.extend == "max"  # the diagonal saturates, and the bar says so
+    assert plots.token_map(matrix, list("abcd"), "m").axes[0].images[0].colorbar.extend == "neither"
+    assert _png_size(fig, tmp_path / "map.png") > 5_000
+
+
+def test_positional_encoding_figures_show_the_real_encoding(tmp_path):
+    pe = PositionalEncoding(16, max_len=20).pe[0]
+    heatmap = plots.positional_encoding_heatmap(model_dim=16, positions=20)
+    torch.testing.assert_close(torch.as_tensor(heatmap.axes[0].images[0].get_array()), pe)
+    curves = plots.positional_encoding_curves(model_dim=16, positions=20, dims=3)
+    assert len(curves.axes) == 3
+    for d, ax in enumerate(curves.axes):
+        torch.testing.assert_close(torch.as_tensor(ax.lines[0].get_ydata()), pe[:, d])
+    assert _png_size(curves, tmp_path / "curves.png") > 5_000
+
+
+def test_learning_rates_come_from_the_scheduler():
+    rates = plots.learning_rates(lr=1e-3, warmup=10, max_iters=100)
+    assert len(rates) == 100 and rates[0] == 0
+    reference = CosineWarmupScheduler(torch.optim.SGD([torch.zeros(1)], lr=1.0), warmup=10, max_iters=100)
+    for step in (1, 5, 10, 50, 99):
+        assert math.isclose(rates[step], 1e-3 * reference.get_lr_factor(step), rel_tol=1e-9)
+    assert max(rates) == rates[10]  # the peak is the end of warmup
+
+
+def test_lr_schedule_adds_a_close_up_of_a_short_warmup(tmp_path):
+    fig = plots.lr_schedule(5e-4, warmup=50, max_iters=3900)
+    assert len(fig.axes) == 2 and len(fig.axes[1].lines[0].get_xdata()) == 150
+    assert len(plots.lr_schedule(5e-4, warmup=0, max_iters=100).axes) == 1
+    assert _png_size(fig, tmp_path / "lr.png") > 5_000
+
+
+# -------------------------------------------------------------------------------- TensorBoard callback
+def _fit(tmp_path, callback: AttentionMapCallback, epochs: int, logger: bool = True) -> None:
+    torch.manual_seed(0)
+    datamodule = ReverseDataModule(seq_len=6, train_size=64, val_size=32, test_size=32, batch_size=32)
+    model = TransformerPredictor(
+        vocab_size=10, num_classes=10, num_layers=2, num_heads=2, vocab=datamodule.vocab, max_iters=10
+    )
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=TensorBoardLogger(tmp_path, name="", version="") if logger else False,
+        callbacks=[callback],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
+    trainer.fit(model, datamodule=datamodule)
+
+
+def _images(tmp_path) -> list:
+    images = []
+    for events in sorted(tmp_path.glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"images": 0})
+        accumulator.Reload()
+        if "attention/val_example" in accumulator.Tags()["images"]:
+            images += accumulator.Images("attention/val_example")
+    return images
+
+
+def test_callback_logs_the_attention_grid_as_an_image(tmp_path):
+    _fit(tmp_path, AttentionMapCallback(every_n_epochs=2), epochs=3)
+    images = _images(tmp_path)
+    # Epochs 0 and 2 (not the sanity check, not epoch 1), at the step each validation ended.
+    assert [image.step for image in images] == [2, 6]
+    assert all(
+        image.width > 300 and image.height > 200 and len(image.encoded_image_string) > 5_000
+        for image in images
+    )
+
+
+def test_callback_without_tensorboard_does_nothing(tmp_path):
+    callback = AttentionMapCallback()
+    _fit(tmp_path, callback, epochs=1, logger=False)
+    assert callback._example is None and not _images(tmp_path)
+
+
+def test_callback_is_on_by_default_and_can_be_removed():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        default = compose("train", overrides=["callbacks.attention_maps.every_n_epochs=3"])
+        removed = compose("train", overrides=["~callbacks.attention_maps"])
+    callback = instantiate(default.callbacks.attention_maps)
+    assert isinstance(callback, AttentionMapCallback) and callback.every_n_epochs == 3
+    assert "attention_maps" not in removed.callbacks
+    with pytest.raises(ConfigError, match="every_n_epochs=0 must be a positive integer"):
+        AttentionMapCallback(every_n_epochs=0)

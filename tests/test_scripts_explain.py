@@ -1,0 +1,194 @@
+"""scripts/explain.py and scripts/plots.py on tiny checkpoints made here: PNGs written, one-line errors."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from transformer_lab import TransformerPredictor
+from transformer_lab.data import ReverseDataModule
+from transformer_lab.train import CONFIG_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+PNGS = ("attention_grid", "head_mean_first", "head_mean_last", "rollout", "gradient_attention")
+VOCAB = list("\n !:;?ABEIMORST")
+
+
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def explain_script() -> ModuleType:
+    return _script("explain")
+
+
+@pytest.fixture(scope="module")
+def plots_script() -> ModuleType:
+    return _script("plots")
+
+
+@pytest.fixture(scope="module")
+def encoder_ckpt(tmp_path_factory) -> Path:
+    """What Lightning saves for the reverse task, minus the optimizer: weights, model and data hparams."""
+    torch.manual_seed(0)
+    datamodule = ReverseDataModule(seq_len=8, train_size=64, val_size=16, test_size=16, batch_size=16)
+    model = TransformerPredictor(
+        vocab_size=10, num_classes=10, num_layers=2, num_heads=2, vocab=datamodule.vocab, block_size=8
+    )
+    path = tmp_path_factory.mktemp("encoder") / "best.ckpt"
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            "hyper_parameters": dict(model.hparams),
+            "datamodule_hyper_parameters": dict(datamodule.hparams),
+        },
+        path,
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def decoder_ckpt(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    model = TransformerPredictor(
+        vocab_size=len(VOCAB),
+        num_classes=len(VOCAB),
+        causal=True,
+        vocab=VOCAB,
+        block_size=32,
+        model_dim=32,
+        num_heads=2,
+        num_layers=2,
+        norm_first=True,
+        activation="gelu",
+    )
+    path = tmp_path_factory.mktemp("decoder") / "best.ckpt"
+    torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, path)
+    return path
+
+
+def _assert_pngs(out_dir: Path, names) -> None:
+    for name in names:
+        png = out_dir / f"{name}.png"
+        assert png.is_file() and png.stat().st_size > 5_000, f"{png} missing or empty"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("script", "args"), [("explain", []), ("plots", []), ("plots", ["lr_schedule"])])
+def test_help(explain_script, plots_script, capsys, script, args):
+    with pytest.raises(SystemExit) as exit_info:
+        {"explain": explain_script, "plots": plots_script}[script].main([*args, "--help"])
+    assert exit_info.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_explain_encoder_from_the_command_line(encoder_ckpt, tmp_path):
+    result = _cli("scripts/explain.py", f"ckpt_path={encoder_ckpt}", "index=3", f"out_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    _assert_pngs(tmp_path, PNGS)
+    example = ReverseDataModule(seq_len=8, train_size=64, val_size=16, test_size=16)
+    example.setup("test")
+    assert f"input:  {' '.join(str(int(t)) for t in example.test_set[3][0])}" in result.stdout
+    table = result.stdout.split("gradient-attention\n")[1].splitlines()[:8]
+    assert [int(line.split()[0]) for line in table] == list(range(8))  # one line per output position
+
+
+def test_explain_decoder_text(explain_script, decoder_ckpt, tmp_path, capsys):
+    explain_script.main([f"ckpt_path={decoder_ckpt}", "text=ROMEO:\nIS IT SO?", f"out_dir={tmp_path}"])
+    _assert_pngs(tmp_path, PNGS)
+    out = capsys.readouterr().out
+    assert "input:  R O M E O : ⏎ I S ␣ I T ␣ S O ?" in out
+    assert "     0 " in out and " | -" in out  # position 0 has no earlier input to rely on
+
+
+@pytest.mark.parametrize(
+    ("which", "args", "message"),
+    [
+        ("encoder", ["index=16"], "index=16 is not a test example; use an integer from 0 to 15"),
+        ("encoder", ["index=two"], "index=two is not a test example"),
+        ("encoder", ["text=12"], "text= is for decoder checkpoints"),
+        ("decoder", ["index=1"], "for this decoder pass text="),
+        ("decoder", [], "pass the text to explain"),
+        ("decoder", ["text=ROMEO~"], "outside the model's vocabulary: ['~']"),
+        ("decoder", ["text=" + "A" * 33], "more than the model's context of 32"),
+        ("decoder", ["colour=red"], "unknown argument 'colour=red'"),
+        ("missing", [], "does not exist"),
+        ("corrupt", [], "corrupt.ckpt is not a readable checkpoint"),
+        ("text", [], "notes.ckpt"),
+    ],
+)
+def test_explain_user_errors_are_one_line(
+    explain_script, encoder_ckpt, decoder_ckpt, tmp_path, capsys, which, args, message
+):
+    paths = {"encoder": encoder_ckpt, "decoder": decoder_ckpt, "missing": tmp_path / "nope.ckpt"}
+    if which == "corrupt":
+        paths[which] = tmp_path / "corrupt.ckpt"
+        paths[which].write_bytes(encoder_ckpt.read_bytes()[:3000])
+    if which == "text":
+        paths[which] = tmp_path / "notes.ckpt"
+        paths[which].write_text("hello\n")
+    with pytest.raises(SystemExit) as exit_info:
+        explain_script.main([f"ckpt_path={paths[which]}", *args, f"out_dir={tmp_path}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_plots_positional_encoding_from_the_command_line(tmp_path):
+    result = _cli("scripts/plots.py", "positional_encoding", "model_dim=16", f"out_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    _assert_pngs(tmp_path, ["positional_encoding", "positional_encoding_curves"])
+
+
+def test_plots_lr_schedule_of_a_task(plots_script, tmp_path, capsys):
+    plots_script.main(
+        ["lr_schedule", "task=reverse", "model.warmup=20", "data.train_size=640", f"out_dir={tmp_path}"]
+    )
+    _assert_pngs(tmp_path, ["lr_schedule"])
+    assert "lr_schedule.png" in capsys.readouterr().out
+
+
+def test_plots_training_steps_follow_the_trainer(plots_script):
+    """640 samples / batch 128 = 5 steps per epoch x 10 epochs, unless max_steps or max_iters override."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=["task=reverse", "data.train_size=640"])
+        capped = compose("train", overrides=["data.train_size=640", "+trainer.max_steps=7"])
+        fixed = compose("train", overrides=["model.max_iters=123"])
+    assert plots_script.training_steps(cfg) == 50
+    assert plots_script.training_steps(capped) == 7
+    assert plots_script.training_steps(fixed) == 123
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["lr_schedule", "task=nope"], "Could not find 'task/nope'"),
+        (["lr_schedule", "model.warmup=-1"], "model.warmup=-1 must be >= 0"),
+        (["lr_schedule", "data.batch_size=0"], "data.batch_size=0 must be a positive integer"),
+        (["positional_encoding", "model_dim=7"], "model_dim=7 must be even"),
+        (["positional_encoding", "size=3"], "unknown argument 'size=3'"),
+    ],
+)
+def test_plots_user_errors_are_one_line(plots_script, tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        plots_script.main([*args, f"out_dir={tmp_path}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
