@@ -10,15 +10,27 @@ import time
 from pathlib import Path
 
 import hydra
+import hydra.errors
+import hydra.utils
 import lightning as L
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+
+
+def instantiate(config: DictConfig, **kwargs):
+    """hydra.utils.instantiate, re-raising the ConfigError a constructor raised instead of Hydra's wrapper."""
+    try:
+        return hydra.utils.instantiate(config, **kwargs)
+    except hydra.errors.InstantiationException as exc:
+        error = user_error(exc)
+        if error is None:
+            raise
+        raise error from None
 
 
 def check_accelerator(accelerator: str) -> None:

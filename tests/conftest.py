@@ -1,0 +1,52 @@
+"""Shared helpers: compose the real Hydra config with tiny sizes, and run the CLI in a subprocess."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from transformer_lab.train import CONFIG_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Seconds, not minutes: 8 training steps of batch 32 per epoch.
+TINY_REVERSE = [
+    "data.train_size=256",
+    "data.val_size=64",
+    "data.test_size=64",
+    "data.batch_size=32",
+    "trainer.max_epochs=1",
+    "trainer.accelerator=cpu",
+    "trainer.log_every_n_steps=1",
+    "callbacks.progress_bar.refresh_rate=0",
+]
+
+
+def compose_train_config(run_dir: Path, *overrides: str) -> DictConfig:
+    """The config `python train.py <overrides>` would run, writing into `run_dir`."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[f"paths.output_dir={run_dir}", f"paths.log_dir={run_dir}", *TINY_REVERSE, *overrides],
+            return_hydra_config=True,
+        )
+    HydraConfig().set_config(cfg)
+    return cfg
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run a project script as a user would (`python train.py ...`), with at most 2 torch threads."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def train_config(tmp_path):
+    return lambda *overrides: compose_train_config(tmp_path, *overrides)

@@ -1,0 +1,144 @@
+"""End to end through Hydra's compose API: what `python train.py` does for the reverse task."""
+
+import json
+import math
+
+import pytest
+import torch
+from hydra.errors import HydraException
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.conftest import TINY_REVERSE, compose_train_config, run_cli
+from transformer_lab import ConfigError
+from transformer_lab.train import train
+
+
+def _scalars(run_dir) -> dict[str, list]:
+    """Every scalar series the TensorBoard event files of a run hold, by tag."""
+    series: dict[str, list] = {}
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            series.setdefault(tag, []).extend(acc.Scalars(tag))
+    return series
+
+
+def test_fast_dev_run(train_config, tmp_path):
+    metrics = train(train_config("trainer.fast_dev_run=true"))
+    assert metrics["global_step"] == 1
+    assert 0 <= metrics["test/acc"] <= 1 and metrics["test/loss"] > 0
+    assert json.loads((tmp_path / "metrics.json").read_text())["test/acc"] == metrics["test/acc"]
+
+
+def test_run_directory_holds_checkpoints_metrics_and_tensorboard(train_config, tmp_path):
+    metrics = train(train_config("trainer.max_epochs=2"))
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    for key in ("val/loss", "val/acc", "val/seq_acc", "test/loss", "test/acc", "test/seq_acc", "wall_time_s"):
+        assert saved[key] == metrics[key]
+    assert saved["best_ckpt_path"] == str(tmp_path / "checkpoints" / "best.ckpt")
+    assert saved["global_step"] == 16 and saved["device"] == "cpu"
+
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 16  # the newest state, not the newest best
+    assert last["hyper_parameters"]["vocab"] == [str(i) for i in range(10)]
+
+    scalars = _scalars(tmp_path)
+    for tag in ("train/loss", "train/acc", "val/loss", "val/acc", "val/seq_acc", "test/acc", "train/lr"):
+        assert tag in scalars, f"{tag} missing from TensorBoard (has {sorted(scalars)})"
+    # Warmup 50, cosine over the trainer's 16 steps: lr(t) = 5e-4 * 0.5 (1 + cos(pi t / 16)) * t / 50.
+    expected = [5e-4 * 0.5 * (1 + math.cos(math.pi * t / 16)) * t / 50 for t in range(3)]
+    assert [e.value for e in scalars["train/lr"][:3]] == pytest.approx(expected, rel=1e-5)
+    assert any(p.name.endswith("hparams.yaml") for p in tmp_path.iterdir())
+
+
+def test_resume_continues_from_saved_step(tmp_path):
+    first = compose_train_config(tmp_path / "first")
+    train(first)
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == 8
+
+    resumed_dir = tmp_path / "resumed"
+    metrics = train(compose_train_config(resumed_dir, f"ckpt_path={last}", "trainer.max_epochs=2"))
+    assert metrics["global_step"] == 16
+    steps = [e.step for e in _scalars(resumed_dir)["train/loss"]]
+    assert steps[0] == 8 and steps[-1] == 15  # picked up at step 8, no step repeated
+    final = torch.load(resumed_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["lr_schedulers"][0]["last_epoch"] == 16
+    assert final["optimizer_states"][0]["state"][0]["step"].item() == 16
+
+
+def test_override_changes_the_model(train_config, tmp_path):
+    train(train_config("model.num_heads=4", "model.num_layers=2", "trainer.max_epochs=1", "seed=7"))
+    hparams = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)["hyper_parameters"]
+    assert hparams["num_heads"] == 4 and hparams["num_layers"] == 2
+
+
+BAD_INPUTS = [
+    (["model.model_dim=30", "model.num_heads=4"], "model.model_dim=30 is not divisible by model.num_heads=4"),
+    (["model.num_layers=0"], "model.num_layers=0 must be a positive integer"),
+    (["model.model_dim=-8"], "model.model_dim=-8 must be a positive integer"),
+    (["model.lr=0"], "model.lr=0 must be positive"),
+    (["model.lr=-0.1"], "model.lr=-0.1 must be positive"),
+    (["data.batch_size=0"], "data.batch_size=0 must be a positive integer"),
+    (["data.seq_len=0"], "data.seq_len=0 must be a positive integer"),
+    (["model.dropout=1.0"], "model.dropout=1.0 must be in [0, 1)"),
+    (["model.input_dropout=-0.1"], "model.input_dropout=-0.1 must be in [0, 1)"),
+    (["data.seq_len=6000"], "sequence length 6000 is longer than model.max_len=5000"),
+    (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path=/nonexistent/last.ckpt does not exist"),
+    (["trainer.accelerator=cuda"], "no CUDA GPU is available"),
+    (["trainer.accelerator=tpu9"], "trainer.accelerator=tpu9 is unknown"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD_INPUTS)
+def test_bad_input_is_rejected_before_training(train_config, tmp_path, overrides, message):
+    if "cuda" in overrides[0] and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ConfigError) as error:
+        train(train_config(*overrides))
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.json").exists()
+
+
+def test_unknown_task_is_a_hydra_error(tmp_path):
+    with pytest.raises(HydraException, match="task"):
+        compose_train_config(tmp_path, "task=nope")
+
+
+def test_cli_bad_input_prints_one_line_and_exits_nonzero(tmp_path):
+    result = run_cli("train.py", "model.num_heads=3", f"paths.log_dir={tmp_path}", *TINY_REVERSE)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: model.model_dim=32 is not divisible by model.num_heads=3; "
+        "choose model_dim as a multiple of num_heads"
+    )
+    result = run_cli("train.py", "task=nope", f"paths.log_dir={tmp_path}")
+    assert result.returncode != 0 and "Could not find 'task/nope'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_shows_config_and_help():
+    job = run_cli("train.py", "--cfg", "job", "model.num_heads=4")
+    assert job.returncode == 0
+    assert "num_heads: 4" in job.stdout and "_target_: transformer_lab.TransformerPredictor" in job.stdout
+    help_text = run_cli("train.py", "--help")
+    assert help_text.returncode == 0
+    assert "== Configuration groups ==" in help_text.stdout and "\ntask: reverse" in help_text.stdout
+
+
+def test_multirun_gives_each_job_its_own_directory(tmp_path):
+    result = run_cli("train.py", "-m", "model.num_heads=1,2", f"paths.log_dir={tmp_path}", *TINY_REVERSE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (sweep,) = (tmp_path / "multirun").iterdir()
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [j.name for j in jobs] == ["0", "1"]
+    heads = []
+    for job in jobs:
+        assert json.loads((job / "metrics.json").read_text())["global_step"] == 8
+        heads.append(
+            torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]["num_heads"]
+        )
+    assert heads == [1, 2]
