@@ -38,6 +38,10 @@ def _check_hparams(h: dict) -> None:
         "choose model_dim as a multiple of num_heads",
     )
     require(h["lr"] > 0, f"model.lr={h['lr']} must be positive")
+    require(
+        len(h["betas"]) == 2 and all(0 <= b < 1 for b in h["betas"]),
+        f"model.betas={h['betas']} must be two numbers in [0, 1)",
+    )
     require(h["warmup"] >= 0, f"model.warmup={h['warmup']} must be >= 0")
     require(h["weight_decay"] >= 0, f"model.weight_decay={h['weight_decay']} must be >= 0")
     for key in ("dropout", "input_dropout"):
@@ -81,6 +85,7 @@ class TransformerPredictor(L.LightningModule):
         dropout: float = 0.0,
         input_dropout: float = 0.0,
         lr: float = 5e-4,
+        betas: tuple[float, float] | list[float] = (0.9, 0.999),
         warmup: int = 50,
         max_iters: int | None = None,
         weight_decay: float = 0.0,
@@ -98,6 +103,7 @@ class TransformerPredictor(L.LightningModule):
         super().__init__()
         # Plain Python types only, so checkpoints load with torch.load(weights_only=True).
         metrics = [str(m) for m in metrics]
+        betas = [float(b) for b in betas]
         vocab = None if vocab is None else [str(t) for t in vocab]
         self.save_hyperparameters()
         _check_hparams(self.hparams)
@@ -213,7 +219,7 @@ class TransformerPredictor(L.LightningModule):
             ]
         else:
             groups = [{"params": list(self.parameters()), "weight_decay": 0.0}]
-        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr)
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, betas=tuple(self.hparams.betas))
         max_iters = self.hparams.max_iters or self.trainer.estimated_stepping_batches
         if not math.isfinite(max_iters):
             raise ConfigError("cannot infer model.max_iters: set model.max_iters or trainer.max_steps")
