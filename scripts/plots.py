@@ -73,14 +73,17 @@ def positional_encoding(args: list[str], out_dir: Path) -> list[Path]:
 
 
 def training_steps(cfg: DictConfig) -> int:
-    """model.max_iters, or what the Trainer would count: batches per epoch x max_epochs, capped by
-    trainer.max_steps (the same default the model uses)."""
+    """model.max_iters, or the Trainer's count: batches per epoch x trainer.max_epochs, capped by
+    trainer.max_steps (max_steps alone when max_epochs is null; Lightning's 1000 epochs when both are)."""
     if cfg.model.get("max_iters"):
         return int(cfg.model.max_iters)
+    max_steps = cfg.trainer.get("max_steps") or -1
+    max_epochs = cfg.trainer.get("max_epochs")
+    if max_steps > 0 and max_epochs in (None, -1):
+        return max_steps
     datamodule = instantiate(cfg.data)
     datamodule.setup("fit")
-    steps = len(datamodule.train_dataloader()) * cfg.trainer.max_epochs
-    max_steps = cfg.trainer.get("max_steps") or -1
+    steps = len(datamodule.train_dataloader()) * (max_epochs or 1000)
     return steps if max_steps < 0 else min(steps, max_steps)
 
 

@@ -171,8 +171,10 @@ def test_plots_training_steps_follow_the_trainer(plots_script):
         cfg = compose("train", overrides=["task=reverse", "data.train_size=640"])
         capped = compose("train", overrides=["data.train_size=640", "+trainer.max_steps=7"])
         fixed = compose("train", overrides=["model.max_iters=123"])
+        by_steps = compose("train", overrides=["trainer.max_epochs=null", "+trainer.max_steps=5000"])
     assert plots_script.training_steps(cfg) == 50
     assert plots_script.training_steps(capped) == 7
+    assert plots_script.training_steps(by_steps) == 5000
     assert plots_script.training_steps(fixed) == 123
 
 
