@@ -87,6 +87,21 @@ def test_rollout_keeps_a_causal_model_causal():
 
 
 # -------------------------------------------------------------------------------- gradient attention
+@pytest.mark.parametrize(
+    "variant",
+    [{}, {"causal": True, "norm_first": True, "activation": "gelu"}, {"positional_encoding": "learned"}],
+)
+def test_hand_written_forward_gives_the_models_logits(variant):
+    """explain's forward pass (which keeps the attention weights) must compute exactly model(x)."""
+    torch.manual_seed(0)
+    model = TransformerPredictor(vocab_size=10, num_classes=10, num_layers=2, num_heads=2, **variant).eval()
+    x = torch.randint(10, (3, 9))
+    logits, maps = explain._logits_and_maps(model, x, None)
+    with torch.no_grad():
+        torch.testing.assert_close(logits.detach(), model(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.stack(maps), torch.stack(model.get_attention_maps(x)))
+
+
 def test_relevance_accumulates_layers_later_on_the_left():
     """R = (I + A_bar_2)(I + A_bar_1) with A_bar = mean_h relu(grad ⊙ A), for a logit whose gradient with
     respect to layer l's attention is a known matrix W_l (including negative entries, clipped by relu)."""
