@@ -7,15 +7,14 @@ Writes attention_grid.png, head_mean_first.png, head_mean_last.png, rollout.png 
 gradient_attention.png, and prints, for every output position, the input position it relies on most.
 """
 
-import argparse
-import sys
 from pathlib import Path
 
 import torch
 
 from transformer_lab import explain, plots
-from transformer_lab.checkpoints import load_predictor, read_checkpoint
-from transformer_lab.data import ReverseDataModule
+from transformer_lab.checkpoints import predictor_from_checkpoint, read_checkpoint
+from transformer_lab.cli import parse_key_values, pick_device, run
+from transformer_lab.data import CharTokenizer, ReverseDataModule
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.predictor import TransformerPredictor
 
@@ -24,37 +23,14 @@ KEYS = {
     "index": "encoder checkpoints: which example of the test set (default 0)",
     "text": 'decoder checkpoints: the text to explain, e.g. text="ROMEO:"',
     "out_dir": "where to write the PNGs (default explain_out)",
-    "device": "auto | cpu | cuda (default auto)",
+    "device": "auto | cpu | cuda | mps (default auto)",
 }
 
 
 def parse_args(argv: list[str] | None) -> dict[str, str]:
-    """`key=value` arguments (Hydra style) -> dict; unknown keys are a ConfigError."""
-    parser = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="keys:\n" + "\n".join(f"  {key:<10} {text}" for key, text in KEYS.items()),
-    )
-    parser.add_argument("args", nargs="*", metavar="key=value")
-    values = {}
-    for token in parser.parse_args(argv).args:
-        key, sep, value = token.partition("=")
-        require(
-            bool(sep) and key in KEYS, f"unknown argument {token!r}; use {' '.join(k + '=...' for k in KEYS)}"
-        )
-        values[key] = value
-    require("ckpt_path" in values, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
-    return values
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    require(name in ("cpu", "cuda"), f"device={name} is unknown; use auto, cpu or cuda")
-    require(
-        name == "cpu" or torch.cuda.is_available(), "device=cuda but no CUDA GPU is available; use device=cpu"
-    )
-    return torch.device(name)
+    args = parse_key_values(argv, KEYS, __doc__)
+    require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
+    return args
 
 
 def encode_text(model: TransformerPredictor, args: dict[str, str]) -> torch.Tensor:
@@ -72,13 +48,11 @@ def encode_text(model: TransformerPredictor, args: dict[str, str]) -> torch.Tens
         vocab is not None, "the checkpoint has no vocabulary (hyper_parameters['vocab']) to encode text= with"
     )
     require(len(text) > 0, 'text= is empty; pass some characters, e.g. text="ROMEO:"')
-    unknown = sorted(set(text) - set(vocab))
-    require(not unknown, f"text has characters outside the model's vocabulary: {unknown}; remove them")
     require(
         len(text) <= model.block_size,
         f"text has {len(text)} characters, more than the model's context of {model.block_size}; shorten it",
     )
-    return torch.tensor([[vocab.index(c) for c in text]])
+    return CharTokenizer(vocab).encode(text).unsqueeze(0)
 
 
 def reverse_example(checkpoint: dict, args: dict[str, str]) -> torch.Tensor:
@@ -130,13 +104,10 @@ def off_diagonal_max(matrix: torch.Tensor) -> float:
     return float(matrix.masked_fill(eye, 0).max())
 
 
-def run(args: dict[str, str]) -> None:
-    try:
-        checkpoint = read_checkpoint(args["ckpt_path"])
-    except (IndexError, KeyError) as exc:  # some corrupt files derail the unpickler before torch checks them
-        raise ConfigError(f"{args['ckpt_path']} is not a readable checkpoint (corrupt?): {exc!r}") from exc
-    device = pick_device(args.get("device", "auto"))
-    model = load_predictor(args["ckpt_path"], map_location=device)
+def explain_checkpoint(args: dict[str, str]) -> None:
+    checkpoint = read_checkpoint(args["ckpt_path"])
+    model = predictor_from_checkpoint(checkpoint, args["ckpt_path"], pick_device(args.get("device", "auto")))
+    device = model.device
     causal = model.hparams.causal
     x = (encode_text(model, args) if causal else reverse_example(checkpoint, args)).to(device)
     vocab = model.hparams.vocab or [str(i) for i in range(model.hparams.vocab_size)]
@@ -200,12 +171,8 @@ def run(args: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        run(parse_args(argv))
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    explain_checkpoint(parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

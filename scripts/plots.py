@@ -10,7 +10,6 @@ learning rate of every optimisation step from the real CosineWarmupScheduler: lr
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -19,6 +18,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from transformer_lab import plots
+from transformer_lab.cli import run
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.train import CONFIG_DIR, user_error
 
@@ -116,15 +116,10 @@ def save(figure, path: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out_dir, rest = split_out_dir(args.args)
-    try:
-        written = (positional_encoding if args.command == "positional_encoding" else lr_schedule)(
-            rest, out_dir
-        )
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    draw = positional_encoding if args.command == "positional_encoding" else lr_schedule
+    written = draw(rest, out_dir)
     print("Wrote " + ", ".join(str(p) for p in written))
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -12,6 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from transformer_lab import TransformerPredictor
+from transformer_lab.cli import run
 from transformer_lab.data import ReverseDataModule
 from transformer_lab.train import CONFIG_DIR
 
@@ -125,7 +126,7 @@ def test_explain_decoder_text(explain_script, decoder_ckpt, tmp_path, capsys):
         ("encoder", ["text=12"], "text= is for decoder checkpoints"),
         ("decoder", ["index=1"], "for this decoder pass text="),
         ("decoder", [], "pass the text to explain"),
-        ("decoder", ["text=ROMEO~"], "outside the model's vocabulary: ['~']"),
+        ("decoder", ["text=ROMEO~"], "1 character(s) not in the vocabulary: '~'"),
         ("decoder", ["text=" + "A" * 33], "more than the model's context of 32"),
         ("decoder", ["colour=red"], "unknown argument 'colour=red'"),
         ("missing", [], "does not exist"),
@@ -144,7 +145,7 @@ def test_explain_user_errors_are_one_line(
         paths[which] = tmp_path / "notes.ckpt"
         paths[which].write_text("hello\n")
     with pytest.raises(SystemExit) as exit_info:
-        explain_script.main([f"ckpt_path={paths[which]}", *args, f"out_dir={tmp_path}"])
+        run(explain_script.main, [f"ckpt_path={paths[which]}", *args, f"out_dir={tmp_path}"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
@@ -190,7 +191,7 @@ def test_plots_training_steps_follow_the_trainer(plots_script):
 )
 def test_plots_user_errors_are_one_line(plots_script, tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
-        plots_script.main([*args, f"out_dir={tmp_path}"])
+        run(plots_script.main, [*args, f"out_dir={tmp_path}"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err

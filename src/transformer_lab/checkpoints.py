@@ -1,6 +1,5 @@
 """Loading checkpoints safely: tensors and plain Python values only, never arbitrary pickled code."""
 
-import pickle
 from pathlib import Path
 
 import torch
@@ -15,14 +14,16 @@ def read_checkpoint(path: str | Path) -> dict:
     require(path.is_file(), f"checkpoint {path} does not exist; pass e.g. <run>/checkpoints/best.ckpt")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
+    except Exception as exc:  # torch.load raises many types for a bad file; all mean "not loadable"
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        if "Weights only load failed" in str(exc):
+            raise ConfigError(
+                f"refusing to load {path}: it holds objects other than tensors and plain values, and "
+                f"unpickling them could run code ({first_line})"
+            ) from exc
+        reason = f"{type(exc).__name__}: {first_line}"
         raise ConfigError(
-            f"refusing to load {path}: it holds objects other than tensors and plain values "
-            f"(weights_only=True rejected it: {str(exc).splitlines()[0]})"
-        ) from exc
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        raise ConfigError(
-            f"{path} is not a readable checkpoint (truncated or not a torch file): {exc}"
+            f"{path} is not a readable checkpoint (truncated, or not a torch file): {reason}"
         ) from exc
     require(
         isinstance(checkpoint, dict) and "state_dict" in checkpoint and "hyper_parameters" in checkpoint,
@@ -31,12 +32,18 @@ def read_checkpoint(path: str | Path) -> dict:
     return checkpoint
 
 
-def load_predictor(path: str | Path, map_location: str | torch.device = "cpu") -> TransformerPredictor:
-    """Rebuild a TransformerPredictor from its saved hyperparameters and weights, in eval mode."""
-    checkpoint = read_checkpoint(path)
+def predictor_from_checkpoint(
+    checkpoint: dict, path: str | Path = "checkpoint", map_location: str | torch.device = "cpu"
+) -> TransformerPredictor:
+    """Rebuild a TransformerPredictor from a checkpoint dict's hyperparameters and weights, in eval mode."""
     try:
         model = TransformerPredictor(**checkpoint["hyper_parameters"])
         model.load_state_dict(checkpoint["state_dict"])
     except (TypeError, RuntimeError) as exc:
         raise ConfigError(f"{path} does not match this version's TransformerPredictor: {exc}") from exc
     return model.to(map_location).eval()
+
+
+def load_predictor(path: str | Path, map_location: str | torch.device = "cpu") -> TransformerPredictor:
+    """read_checkpoint + predictor_from_checkpoint."""
+    return predictor_from_checkpoint(read_checkpoint(path), path, map_location)

@@ -74,15 +74,13 @@ def _logits_and_maps(
     model: TransformerPredictor, x: Tensor, mask: Tensor | None
 ) -> tuple[Tensor, list[Tensor]]:
     """One forward pass through the hand-written path, returning the logits *and* the attention weights
-    they were computed from (so d logit / d attention exists). Mirrors TransformerPredictor.forward."""
+    they were computed from (so d logit / d attention exists): TransformerPredictor.forward with
+    return_attention=True, with the embedded input made to require grad for frozen models."""
     h = model.embed(x)
     if not h.requires_grad:  # frozen model: still let gradients flow back to the attention weights
         h.requires_grad_(True)
-    maps = []
-    for layer in model.transformer.layers:
-        h, attention = layer(h, mask=mask, causal=model.transformer.causal, return_attention=True)
-        maps.append(attention)
-    return model.output_net(model.transformer.final_norm(h)), maps
+    hidden, maps = model.transformer(h, mask=mask, return_attention=True)
+    return model.output_net(hidden), maps
 
 
 def _relevance(maps: list[Tensor], logit: Tensor, retain_graph: bool) -> Tensor:

@@ -137,7 +137,10 @@ class TransformerPredictor(L.LightningModule):
         else:
             self.output_net = self.head
         if tie_embeddings:
-            self.head.weight = self.embedding.weight  # Press & Wolf (2017): one matrix in and out.
+            # Press & Wolf (2017): one matrix in and out. GPT-2's N(0, 0.02) init keeps the initial
+            # logits near zero (N(0, 1), Embedding's default, would give logits of std ~sqrt(model_dim)).
+            nn.init.normal_(self.embedding.weight, std=0.02)
+            self.head.weight = self.embedding.weight
         if "ppl" in h.metrics:  # exp(mean loss) over the epoch, not the mean of per-batch exp(loss)
             self.val_loss_mean, self.test_loss_mean = MeanMetric(), MeanMetric()
 
@@ -147,11 +150,23 @@ class TransformerPredictor(L.LightningModule):
         return self.positional_encoding(self.input_dropout(self.embedding(x)), offset)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, kv_caches: list[KVCache] | None = None
-    ) -> Tensor:
-        """Token ids [B, T] -> logits [B, T, num_classes]. `mask == 0` hides a key from a query."""
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        kv_caches: list[KVCache] | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """Token ids [B, T] -> logits [B, T, num_classes]. `mask == 0` hides a key from a query.
+
+        With `return_attention`, also the attention weights of every layer ([B, H, T, T] each) that these
+        logits were computed from (hand-written path, so d logits / d attention exists).
+        """
         offset = kv_caches[0].length if kv_caches else 0
-        return self.output_net(self.transformer(self.embed(x, offset), mask=mask, kv_caches=kv_caches))
+        hidden = self.transformer(self.embed(x, offset), mask, kv_caches, return_attention)
+        if return_attention:
+            hidden, maps = hidden
+            return self.output_net(hidden), maps
+        return self.output_net(hidden)
 
     def get_attention_maps(self, x: Tensor, mask: Tensor | None = None) -> list[Tensor]:
         """Attention weights per layer, each [B, H, T, T], through the hand-written attention path."""

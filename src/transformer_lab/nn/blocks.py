@@ -78,11 +78,23 @@ class TransformerEncoder(nn.Module):
         self.final_norm = nn.LayerNorm(block_args["input_dim"]) if norm_first else nn.Identity()
 
     def forward(
-        self, x: Tensor, mask: Tensor | None = None, kv_caches: list[KVCache] | None = None
-    ) -> Tensor:
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        kv_caches: list[KVCache] | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        """x: [B, T, D] -> [B, T, D]; with `return_attention`, also every layer's attention weights
+        [B, H, T, T], computed by the hand-written path in this same pass."""
+        maps = []
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask=mask, causal=self.causal, kv_cache=None if kv_caches is None else kv_caches[i])
-        return self.final_norm(x)
+            kv_cache = None if kv_caches is None else kv_caches[i]
+            x = layer(x, mask=mask, causal=self.causal, kv_cache=kv_cache, return_attention=return_attention)
+            if return_attention:
+                x, attention = x
+                maps.append(attention)
+        x = self.final_norm(x)
+        return (x, maps) if return_attention else x
 
     def get_attention_maps(self, x: Tensor, mask: Tensor | None = None) -> list[Tensor]:
         """Attention weights of every layer, [B, H, T, T] each, from one forward pass with the mask.
@@ -90,11 +102,7 @@ class TransformerEncoder(nn.Module):
         The weights are the softmax outputs that multiply V, still in the autograd graph, so gradients
         with respect to them can be taken (gradient-weighted attention).
         """
-        maps = []
-        for layer in self.layers:
-            x, attention = layer(x, mask=mask, causal=self.causal, return_attention=True)
-            maps.append(attention)
-        return maps
+        return self(x, mask=mask, return_attention=True)[1]
 
 
 class TransformerDecoder(TransformerEncoder):
