@@ -1,9 +1,11 @@
 """Shared helpers: compose the real Hydra config with tiny sizes, and run the CLI in a subprocess."""
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -14,6 +16,8 @@ from transformer_lab.train import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Any task: CPU, a TensorBoard point per step, no progress bar in test logs.
+COMMON = ["trainer.accelerator=cpu", "trainer.log_every_n_steps=1", "callbacks.progress_bar.refresh_rate=0"]
 # Seconds, not minutes: 8 training steps of batch 32 per epoch.
 TINY_REVERSE = [
     "data.train_size=256",
@@ -21,18 +25,16 @@ TINY_REVERSE = [
     "data.test_size=64",
     "data.batch_size=32",
     "trainer.max_epochs=1",
-    "trainer.accelerator=cpu",
-    "trainer.log_every_n_steps=1",
-    "callbacks.progress_bar.refresh_rate=0",
+    *COMMON,
 ]
 
 
-def compose_train_config(run_dir: Path, *overrides: str) -> DictConfig:
-    """The config `python train.py <overrides>` would run, writing into `run_dir`."""
+def compose_train_config(run_dir: Path, *overrides: str, base: list[str] = TINY_REVERSE) -> DictConfig:
+    """The config `python train.py <base> <overrides>` would run, writing into `run_dir`."""
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose(
             "train",
-            overrides=[f"paths.output_dir={run_dir}", f"paths.log_dir={run_dir}", *TINY_REVERSE, *overrides],
+            overrides=[f"paths.output_dir={run_dir}", f"paths.log_dir={run_dir}", *base, *overrides],
             return_hydra_config=True,
         )
     HydraConfig().set_config(cfg)
@@ -45,6 +47,14 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 300) -> subprocess.Comp
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def load_script(name: str) -> ModuleType:
+    """Import scripts/<name>.py as a module, to call its main() in-process (fast) from a test."""
+    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture

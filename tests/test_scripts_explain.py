@@ -1,6 +1,5 @@
 """scripts/explain.py and scripts/plots.py on tiny checkpoints made here: PNGs written, one-line errors."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from tests.conftest import load_script
 from transformer_lab import TransformerPredictor
 from transformer_lab.cli import run
 from transformer_lab.data import ReverseDataModule
@@ -19,13 +19,6 @@ from transformer_lab.train import CONFIG_DIR
 ROOT = Path(__file__).resolve().parents[1]
 PNGS = ("attention_grid", "head_mean_first", "head_mean_last", "rollout", "gradient_attention")
 VOCAB = list("\n !:;?ABEIMORST")
-
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
@@ -37,12 +30,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def explain_script() -> ModuleType:
-    return _script("explain")
+    return load_script("explain")
 
 
 @pytest.fixture(scope="module")
 def plots_script() -> ModuleType:
-    return _script("plots")
+    return load_script("plots")
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 
 from transformer_lab import explain, plots
+from transformer_lab.data.shakespeare import CharTokenizer
 from transformer_lab.errors import require
 
 
@@ -65,3 +66,53 @@ class AttentionMapCallback(L.Callback):
         title = f"Validation example, epoch {trainer.current_epoch}"
         figure = plots.attention_grid(maps, tokens, title=title)
         logger.experiment.add_figure("attention/val_example", figure, global_step=trainer.global_step)
+
+
+class TextSampleCallback(L.Callback):
+    """Log a short sample from a fixed prompt to TensorBoard (Text tab, `samples/val`) after
+    every `every_n_epochs`-th validation, so a run's writing can be read as it improves.
+
+    Only for causal decoders with a vocabulary (language models); does nothing for encoders, without a
+    TensorBoard logger, during the sanity check and on ranks other than 0. Seeded, so samples from
+    different epochs differ only because the model changed.
+    """
+
+    def __init__(
+        self,
+        prompt: str = "\n",
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+        every_n_epochs: int = 1,
+        seed: int = 0,
+    ):
+        require(
+            isinstance(every_n_epochs, int) and every_n_epochs > 0,
+            f"callbacks.text_samples.every_n_epochs={every_n_epochs!r} must be a positive integer",
+        )
+        require(len(prompt) > 0, "callbacks.text_samples.prompt is empty; use at least one character")
+        self.prompt = prompt
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_k = top_k
+        self.every_n_epochs = every_n_epochs
+        self.seed = seed
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logger = next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+        vocab = pl_module.hparams.get("vocab")
+        skip = logger is None or trainer.sanity_checking or not trainer.is_global_zero
+        if (
+            skip
+            or not pl_module.hparams.get("causal")
+            or vocab is None
+            or trainer.current_epoch % self.every_n_epochs
+        ):
+            return
+        tokenizer = CharTokenizer(vocab)
+        idx = tokenizer.encode(self.prompt).unsqueeze(0).to(pl_module.device)
+        generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
+        out = pl_module.generate(idx, self.max_new_tokens, self.temperature, self.top_k, generator=generator)
+        text = tokenizer.decode(out[0].cpu())
+        # TensorBoard's text plugin renders Markdown: indent four spaces to keep line breaks as written.
+        logger.experiment.add_text("samples/val", "    " + text.replace("\n", "\n    "), trainer.global_step)

@@ -1,0 +1,135 @@
+"""The shakespeare task end to end: training through Hydra, metrics, TensorBoard text, scripts/sample.py."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.conftest import COMMON, ROOT, compose_train_config, load_script, run_cli
+from transformer_lab import TransformerPredictor
+from transformer_lab.cli import run
+from transformer_lab.train import train
+
+TINY_SHAKESPEARE = [
+    "task=shakespeare",
+    "data.block_size=32",
+    "data.batch_size=8",
+    "data.batches_per_epoch=4",
+    "data.val_batches=2",
+    "model.model_dim=32",
+    "model.num_heads=2",
+    "model.num_layers=1",
+    "trainer.max_steps=8",
+    "callbacks.text_samples.max_new_tokens=20",
+    *COMMON,
+]
+
+
+def test_fast_dev_run(tmp_path):
+    metrics = train(compose_train_config(tmp_path, "trainer.fast_dev_run=true", base=TINY_SHAKESPEARE))
+    assert metrics["global_step"] == 1
+    assert 0 < metrics["test/loss"] < 10
+
+
+@pytest.fixture(scope="module")
+def shakespeare_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("shakespeare_run")
+    metrics = train(compose_train_config(run_dir, base=TINY_SHAKESPEARE))
+    return run_dir, metrics
+
+
+def test_language_model_metrics(shakespeare_run):
+    run_dir, metrics = shakespeare_run
+    assert metrics["global_step"] == 8 and metrics["metric"] == "val/loss"
+    assert math.log(65) * 0.8 < metrics["val/loss"] < math.log(65) * 1.2  # 8 steps: near uniform guessing
+    assert metrics["val/bpc"] == pytest.approx(metrics["val/loss"] / math.log(2), rel=1e-5)
+    assert metrics["val/ppl"] == pytest.approx(math.exp(metrics["val/loss"]), rel=1e-4)
+    assert metrics["test/bpc"] == pytest.approx(metrics["test/loss"] / math.log(2), rel=1e-5)
+    assert json.loads((run_dir / "metrics.json").read_text())["val/ppl"] == metrics["val/ppl"]
+
+
+def test_vocabulary_and_block_size_are_saved_in_the_checkpoint(shakespeare_run):
+    run_dir, _ = shakespeare_run
+    hparams = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)["hyper_parameters"]
+    text = (ROOT / "data" / "tinyshakespeare" / "input.txt").read_text()
+    assert hparams["vocab"] == sorted(set(text)) and len(hparams["vocab"]) == 65
+    assert hparams["block_size"] == 32 and hparams["causal"] is True
+
+
+def test_validation_logs_a_text_sample_to_tensorboard(shakespeare_run):
+    run_dir, _ = shakespeare_run
+    samples = []
+    for events in run_dir.glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events), size_guidance={"tensors": 0})
+        acc.Reload()
+        if "samples/val/text_summary" in acc.Tags()["tensors"]:
+            samples += acc.Tensors("samples/val/text_summary")
+    assert [s.step for s in samples] == [4, 8]  # one per validation (every 4 batches)
+    text = samples[-1].tensor_proto.string_val[0].decode()
+    assert len(text.replace("\n    ", "\n").strip()) >= 20
+
+
+@pytest.fixture(scope="module")
+def sample_script():
+    return load_script("sample")
+
+
+def test_sample_same_seed_same_text(shakespeare_run, sample_script, capsys):
+    ckpt = shakespeare_run[0] / "checkpoints" / "best.ckpt"
+    args = [f"ckpt_path={ckpt}", "prompt=ROMEO:", "max_new_tokens=40", "temperature=0.8", "top_k=40"]
+    texts = []
+    for seed in (7, 7, 8):
+        sample_script.main([*args, f"seed={seed}"])
+        texts.append(capsys.readouterr().out)
+    assert texts[0] == texts[1] != texts[2]
+    assert texts[0].startswith("ROMEO:") and len(texts[0]) == len("ROMEO:") + 40 + 1
+
+
+def test_sample_without_the_data_file(shakespeare_run, tmp_path):
+    """The vocabulary comes from the checkpoint: sampling works where no data/ directory exists."""
+    ckpt = shutil.copy(shakespeare_run[0] / "checkpoints" / "best.ckpt", tmp_path / "model.ckpt")
+    script = ROOT / "scripts" / "sample.py"
+    result = run_cli(str(script), f"ckpt_path={ckpt}", "prompt=KING:", "max_new_tokens=30", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("KING:") and not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["prompt=ROMEO~#"], "2 character(s) not in the vocabulary: '#', '~'"),
+        (["prompt="], "prompt= is empty"),
+        (["temperature=-1"], "temperature=-1.0 must be >= 0"),
+        (["top_k=abc"], "top_k=abc is not an integer"),
+        (["max_new_tokens=-5"], "max_new_tokens must be an integer >= 0"),
+        (["colour=red"], "unknown argument 'colour=red'"),
+    ],
+)
+def test_sample_bad_arguments(shakespeare_run, sample_script, capsys, args, message):
+    ckpt = shakespeare_run[0] / "checkpoints" / "best.ckpt"
+    with pytest.raises(SystemExit) as exit_info:
+        run(sample_script.main, [f"ckpt_path={ckpt}", *args])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert message in err, err
+
+
+def test_sample_bad_checkpoints(sample_script, tmp_path, capsys):
+    encoder = TransformerPredictor(vocab_size=10, num_classes=10)
+    torch.save(
+        {"state_dict": encoder.state_dict(), "hyper_parameters": dict(encoder.hparams)}, tmp_path / "enc.ckpt"
+    )
+    (tmp_path / "broken.ckpt").write_bytes(b"PK\x03\x04 not really a checkpoint")
+    cases = {
+        tmp_path / "missing.ckpt": "does not exist",
+        tmp_path / "broken.ckpt": "is not a readable checkpoint",
+        tmp_path / "enc.ckpt": "is an encoder checkpoint",
+    }
+    for path, message in cases.items():
+        with pytest.raises(SystemExit):
+            run(sample_script.main, [f"ckpt_path={path}"])
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err, err
