@@ -2,13 +2,13 @@
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 
 from transformer_lab import explain, plots
 from transformer_lab.data.shakespeare import CharTokenizer
-from transformer_lab.errors import require
+from transformer_lab.errors import TrainingDiverged, require
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -25,6 +25,71 @@ class BestCheckpoint(ModelCheckpoint):
             if bool(current.to(best.device) == best):
                 return trainer.strategy.reduce_boolean_decision(True)
         return super().check_monitor_top_k(trainer, current)
+
+
+class LastCheckpoint(Checkpoint):
+    """Keep `<dirpath>/last.ckpt` current, to resume from: every `every_n_train_steps` optimisation steps,
+    after every validation, at the end of training, and on an exception or Ctrl-C, so a run that dies at
+    90% loses at most `every_n_train_steps` steps. Not after the loss diverged: the last good state stays.
+
+    A `Checkpoint` subclass, so Lightning runs it after the other callbacks (and after BestCheckpoint,
+    whose state it then saves up to date).
+    """
+
+    def __init__(self, dirpath: str, every_n_train_steps: int | None = 200):
+        require(
+            every_n_train_steps is None or (isinstance(every_n_train_steps, int) and every_n_train_steps > 0),
+            f"callbacks.last_checkpoint.every_n_train_steps={every_n_train_steps!r} must be a positive "
+            "integer (or null: only after validation)",
+        )
+        self.path = f"{dirpath}/last.ckpt"
+        self.every_n_train_steps = every_n_train_steps
+        self._saved_step: int | None = None
+
+    def _save(self, trainer: L.Trainer) -> None:
+        if trainer.fast_dev_run or trainer.sanity_checking or self._saved_step == trainer.global_step:
+            return
+        trainer.save_checkpoint(self.path)
+        self._saved_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
+            self._save(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit":
+            self._save(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save(trainer)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if isinstance(exception, TrainingDiverged) or trainer.state.fn != "fit" or trainer.global_step == 0:
+            return
+        self._save(trainer)
+        if trainer.is_global_zero:
+            print(f"Saved {self.path} at step {trainer.global_step}; resume with ckpt_path={self.path}")
+
+
+class FiniteLossCheck(L.Callback):
+    """Stop training with a clear message when the training loss becomes NaN or infinite.
+
+    Runs before the checkpoint callbacks, so the diverged weights are never saved: `last.ckpt` keeps the
+    last good state. One scalar check per step (a host sync on GPU, which the progress bar makes anyway).
+    """
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, *args: object
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None and not torch.isfinite(loss):
+            last = next((c.path for c in trainer.checkpoint_callbacks if isinstance(c, LastCheckpoint)), None)
+            raise TrainingDiverged(
+                f"training stopped: the loss became {loss.item()} at step {trainer.global_step}; "
+                f"last good checkpoint: {last or 'none'}; lower model.lr or set trainer.gradient_clip_val"
+            )
 
 
 class AttentionMapCallback(L.Callback):

@@ -9,3 +9,7 @@ def require(condition: bool, message: str) -> None:
     """Raise ConfigError(message) unless `condition` holds."""
     if not condition:
         raise ConfigError(message)
+
+
+class TrainingDiverged(ConfigError):
+    """The loss became NaN or infinite; the message names the step and the last good checkpoint."""

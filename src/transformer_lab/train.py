@@ -14,8 +14,12 @@ import hydra.errors
 import hydra.utils
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_lab.checkpoints import AtomicCheckpointIO, read_checkpoint
 from transformer_lab.errors import ConfigError, require
 
 log = logging.getLogger(__name__)
@@ -66,24 +70,113 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
         torch.set_float32_matmul_precision("high")
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values() if lg is not None]
-    return instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, **extra)
-
-
-def _existing_checkpoint(path: str | None) -> str | None:
-    if path is None:
-        return None
-    require(
-        Path(path).is_file(),
-        f"ckpt_path={path} does not exist; pass a checkpoint such as <run>/checkpoints/last.ckpt",
+    return instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()], **extra
     )
-    return str(path)
+
+
+# Hyperparameters that fix the shapes of the weights: a checkpoint can only resume into the same ones.
+ARCHITECTURE = (
+    "vocab_size", "num_classes", "model_dim", "num_heads", "num_layers", "dim_feedforward", "mlp_ratio",
+    "positional_encoding", "max_len", "causal", "output_mlp", "tie_embeddings", "norm_first", "activation",
+)  # fmt: skip
+# Configs may instantiate classes from these packages only.
+ALLOWED_TARGETS = ("transformer_lab.", "lightning.pytorch.", "torch.")
+
+
+def check_targets(cfg: DictConfig) -> None:
+    """Refuse a config whose `_target_` names a class outside the project and the listed libraries
+    (Hydra's own `hydra.*` settings, which name its launchers and sweepers, are Hydra's business)."""
+
+    def walk(node: object, key: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "_target_":
+                    require(
+                        str(v).startswith(ALLOWED_TARGETS),
+                        f"{key}._target_={v} is not allowed; configs may only instantiate classes from "
+                        f"{', '.join(t.rstrip('.') for t in ALLOWED_TARGETS)}",
+                    )
+                walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{key}[{i}]")
+
+    user_config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    walk(user_config, "")
+
+
+def resume_checkpoint(cfg: DictConfig) -> str | None:
+    """The checkpoint to resume from: `ckpt_path=FILE`, or `resume=<run dir>` (its checkpoints/last.ckpt),
+    or `resume=auto` (the newest last.ckpt of this task under paths.log_dir)."""
+    ckpt_path, resume = cfg.get("ckpt_path"), cfg.get("resume")
+    if resume is not None:
+        require(ckpt_path is None, "pass either resume= or ckpt_path=, not both")
+        if str(resume) == "auto":
+            task_dir = Path(cfg.paths.log_dir) / cfg.task_name
+            runs = sorted(task_dir.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+            require(
+                bool(runs), f"resume=auto found no {task_dir}/<run>/checkpoints/last.ckpt; train a run first"
+            )
+            ckpt_path = str(runs[-1])
+        else:
+            ckpt_path = str(Path(resume) / "checkpoints" / "last.ckpt")
+            require(
+                Path(ckpt_path).is_file(),
+                f"resume={resume} has no checkpoints/last.ckpt; pass a run directory such as "
+                f"{cfg.paths.log_dir}/{cfg.task_name}/<date>_<time>",
+            )
+        log.info(f"Resuming from {ckpt_path}")
+    if ckpt_path is not None:
+        require(
+            Path(ckpt_path).is_file(),
+            f"ckpt_path={ckpt_path} does not exist; pass a checkpoint such as <run>/checkpoints/last.ckpt",
+        )
+    return ckpt_path
+
+
+def check_resumable(ckpt_path: str, model: L.LightningModule) -> None:
+    """Read the checkpoint safely (weights_only) and check it fits the configured model and data."""
+    saved = read_checkpoint(ckpt_path)["hyper_parameters"]
+    diffs = [
+        f"{k}={saved.get(k)!r} (config: {model.hparams[k]!r})"
+        for k in ARCHITECTURE
+        if saved.get(k) != model.hparams[k]
+    ]
+    require(
+        not diffs,
+        f"ckpt_path={ckpt_path} was trained with another model or data: {', '.join(diffs)}; "
+        "resume with the task and model settings it was trained with",
+    )
+    require(
+        saved.get("vocab") == model.hparams.vocab,
+        f"ckpt_path={ckpt_path} was trained on another vocabulary (a different data file?); "
+        "resume with the data it was trained on",
+    )
+
+
+def check_launch_in_sweep(trainer: L.Trainer) -> None:
+    """Lightning's `ddp` starts the other ranks by re-running the command line, which in a local sweep is the
+    whole sweep; under SLURM the ranks are SLURM tasks and `ddp_spawn` forks, so both work in sweeps."""
+    launcher = trainer.strategy.launcher
+    require(
+        not (
+            HydraConfig.initialized()
+            and HydraConfig.get().mode == RunMode.MULTIRUN
+            and isinstance(launcher, _SubprocessScriptLauncher)
+            and not launcher.cluster_environment.creates_processes_externally
+        ),
+        "trainer.strategy=ddp cannot start its processes inside a local sweep (-m); "
+        "use trainer.strategy=ddp_spawn there, or hydra/launcher=slurm",
+    )
 
 
 def train(cfg: DictConfig) -> dict:
     """Fit, test the best checkpoint, write metrics.json in the run directory, and return the metrics."""
     start = time.perf_counter()
     output_dir = Path(cfg.paths.output_dir)
-    ckpt_path = _existing_checkpoint(cfg.get("ckpt_path"))
+    check_targets(cfg)
+    ckpt_path = resume_checkpoint(cfg)
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True)
 
@@ -95,12 +188,15 @@ def train(cfg: DictConfig) -> dict:
         vocab=datamodule.vocab,
         block_size=datamodule.block_size,
     )
+    if ckpt_path is not None:
+        check_resumable(ckpt_path, model)
     trainer = build_trainer(cfg)
+    check_launch_in_sweep(trainer)
     log.info(
         f"Training on {trainer.strategy.root_device} ({trainer.precision} precision), run dir {output_dir}"
     )
 
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     checkpoint = trainer.checkpoint_callback
     best_path = checkpoint.best_model_path if checkpoint is not None else ""
@@ -152,15 +248,24 @@ def user_error(exc: BaseException) -> ConfigError | None:
     return None
 
 
+class SweepJobError(hydra.errors.CompactHydraException):
+    """A user mistake in one job of a sweep: Hydra records the job as failed (Optuna: a failed trial), the
+    sweep goes on, and the message is printed as one line."""
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    """Returns the task's metric (for Hydra sweepers); a user mistake prints one line and exits 2."""
+    """Returns the task's metric (for Hydra sweepers); a user mistake prints one line and exits 2 (in a
+    sweep: fails that job only)."""
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         metrics = train(cfg)
     except Exception as exc:
         error = user_error(exc)
         if error is None:
             raise
+        if multirun:
+            raise SweepJobError(f"error: {error}") from None
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     return metrics.get(cfg.metric)
