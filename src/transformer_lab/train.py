@@ -15,6 +15,7 @@ import hydra.utils
 import lightning as L
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from omegaconf import DictConfig, OmegaConf
@@ -157,7 +158,7 @@ def check_resumable(ckpt_path: str, model: L.LightningModule) -> None:
 
 def check_launch_in_sweep(trainer: L.Trainer) -> None:
     """Lightning's `ddp` starts the other ranks by re-running the command line, which in a local sweep is the
-    whole sweep; under SLURM the ranks are SLURM tasks and `ddp_spawn` forks, so both work in sweeps."""
+    whole sweep (and only once per process). On SLURM the ranks are SLURM tasks, so sweeps work there."""
     launcher = trainer.strategy.launcher
     require(
         not (
@@ -166,8 +167,8 @@ def check_launch_in_sweep(trainer: L.Trainer) -> None:
             and isinstance(launcher, _SubprocessScriptLauncher)
             and not launcher.cluster_environment.creates_processes_externally
         ),
-        "trainer.strategy=ddp cannot start its processes inside a local sweep (-m); "
-        "use trainer.strategy=ddp_spawn there, or hydra/launcher=slurm",
+        "trainer.strategy=ddp cannot start its processes inside a local sweep (-m); run DDP jobs one at "
+        "a time without -m, or sweep on a SLURM cluster with hydra/launcher=slurm",
     )
 
 
@@ -251,6 +252,14 @@ def user_error(exc: BaseException) -> ConfigError | None:
 class SweepJobError(hydra.errors.CompactHydraException):
     """A user mistake in one job of a sweep: Hydra records the job as failed (Optuna: a failed trial), the
     sweep goes on, and the message is printed as one line."""
+
+
+class CreateSweepDir(Callback):
+    """Hydra callback: create the sweep directory before the sweeper starts, so that it can keep files
+    there before the first job runs (the Optuna sweeper's SQLite study)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
+        Path(config.hydra.sweep.dir).mkdir(parents=True, exist_ok=True)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
