@@ -5,6 +5,7 @@
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -238,6 +239,30 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
     summary = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.startswith("test/"))
     log.info(f"Test: {summary or 'skipped'}")
     log.info(f"Metrics written to {output_dir / 'metrics.json'}")
+
+
+class CheckOutputDir(Callback):
+    """Hydra callback: before Hydra creates the run (or sweep) directory, check it can, so an unwritable
+    `paths.log_dir` is a one-line error instead of a traceback from inside Hydra."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: object) -> None:
+        _exit_unless_writable(config.hydra.run.dir)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
+        _exit_unless_writable(config.hydra.sweep.dir)
+
+
+def _exit_unless_writable(directory: str) -> None:
+    existing = Path(directory).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not (existing.is_dir() and os.access(existing, os.W_OK)):
+        print(
+            f"error: cannot create the run directory {directory}: {existing} is not a writable directory; "
+            "set paths.log_dir to a writable place",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 def user_error(exc: BaseException) -> ConfigError | None:

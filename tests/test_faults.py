@@ -1,0 +1,141 @@
+"""Faults: atomic checkpoints, kill -9 and resume, divergence, resume=, determinism."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.conftest import COMMON, ROOT, compose_train_config
+from transformer_lab import ConfigError, TransformerPredictor
+from transformer_lab.checkpoints import AtomicCheckpointIO
+from transformer_lab.errors import TrainingDiverged
+from transformer_lab.train import train
+
+
+class _FailsToPickle:
+    def __reduce__(self):
+        raise RuntimeError("disk full")  # stands in for any failure in the middle of a save
+
+
+def test_atomic_save_leaves_the_previous_checkpoint_intact(tmp_path):
+    path = tmp_path / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"global_step": 1, "w": torch.ones(3)}, path)
+    with pytest.raises(RuntimeError, match="disk full"):
+        io.save_checkpoint({"global_step": 2, "w": torch.zeros(1000), "bad": _FailsToPickle()}, path)
+    assert torch.load(path, weights_only=True)["global_step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left behind
+
+
+# Reverse 8 digits of 5 kinds to ~98% in 64 steps per epoch x 4 epochs; last.ckpt every 10 steps.
+KILLABLE = [
+    "data.seq_len=8",
+    "data.num_categories=5",
+    "model.model_dim=64",
+    "model.num_heads=4",
+    "model.warmup=20",
+    "data.train_size=2048",
+    "data.val_size=128",
+    "data.test_size=256",
+    "data.batch_size=32",
+    "trainer.max_epochs=4",
+    "model.lr=3e-3",
+    "callbacks.last_checkpoint.every_n_train_steps=10",
+    "~callbacks.attention_maps",
+    *COMMON,
+]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_finishes_like_an_uninterrupted_run(tmp_path):
+    killed_dir = tmp_path / "killed"
+    last = killed_dir / "checkpoints" / "last.ckpt"
+    env = {"OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
+    args = [sys.executable, "train.py", *KILLABLE, f"hydra.run.dir={killed_dir}", "trainer.max_epochs=40"]
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert last.exists(), "the run never wrote last.ckpt"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    saved_step = torch.load(last, weights_only=True)["global_step"]
+    assert saved_step > 0 and not (killed_dir / "metrics.json").exists()
+
+    resumed = train(compose_train_config(tmp_path / "resumed", f"ckpt_path={last}", base=KILLABLE))
+    uninterrupted = train(compose_train_config(tmp_path / "uninterrupted", base=KILLABLE))
+    assert resumed["global_step"] == uninterrupted["global_step"] == 256  # continued to the end, no repeats
+    assert resumed["test/acc"] > 0.9 and abs(resumed["test/acc"] - uninterrupted["test/acc"]) < 0.05
+
+
+def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    original = TransformerPredictor.training_step
+
+    def diverging(self, batch, batch_idx):  # the weights "explode" from step 5 on
+        loss = original(self, batch, batch_idx)
+        return loss * float("nan") if self.global_step >= 5 else loss
+
+    monkeypatch.setattr(TransformerPredictor, "training_step", diverging)
+    cfg = compose_train_config(tmp_path, "callbacks.last_checkpoint.every_n_train_steps=2")
+    with pytest.raises(
+        TrainingDiverged, match=r"the loss became nan at step 6; last good checkpoint: .*last.ckpt"
+    ):
+        train(cfg)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 4
+    assert all(torch.isfinite(t).all() for t in last["state_dict"].values())
+
+
+def test_resume_from_a_run_directory_and_auto(tmp_path):
+    log_dir = tmp_path / "runs"
+    first = log_dir / "reverse" / "first"
+    train(compose_train_config(first, f"paths.log_dir={log_dir}"))
+    by_dir = train(compose_train_config(tmp_path / "by_dir", f"resume={first}", "trainer.max_epochs=2"))
+    assert by_dir["global_step"] == 16
+    auto = compose_train_config(
+        tmp_path / "auto", f"paths.log_dir={log_dir}", "resume=auto", "trainer.max_epochs=3"
+    )
+    assert train(auto)["global_step"] == 24
+
+    with pytest.raises(ConfigError, match=r"has no checkpoints/last\.ckpt"):
+        train(compose_train_config(tmp_path / "x", f"resume={tmp_path}"))
+    with pytest.raises(ConfigError, match="resume=auto found no"):
+        train(compose_train_config(tmp_path / "y", f"paths.log_dir={tmp_path / 'empty'}", "resume=auto"))
+    with pytest.raises(ConfigError, match="either resume= or ckpt_path="):
+        train(
+            compose_train_config(
+                tmp_path / "z", f"resume={first}", f"ckpt_path={first}/checkpoints/last.ckpt"
+            )
+        )
+
+
+def test_resuming_into_another_model_is_refused(tmp_path):
+    train(compose_train_config(tmp_path / "small"))
+    last = tmp_path / "small" / "checkpoints" / "last.ckpt"
+    with pytest.raises(ConfigError, match=r"model_dim=32 \(config: 64\)"):
+        train(compose_train_config(tmp_path / "big", f"ckpt_path={last}", "model.model_dim=64"))
+    with pytest.raises(ConfigError, match=r"vocab_size=10 \(config: 12\)"):
+        train(compose_train_config(tmp_path / "vocab", f"ckpt_path={last}", "data.num_categories=12"))
+    assert not (tmp_path / "big" / "checkpoints").exists()
+
+
+def test_same_seed_same_config_gives_identical_metrics(tmp_path):
+    runs = [
+        train(
+            compose_train_config(
+                tmp_path / str(i), "trainer.deterministic=true", "seed=3", "trainer.max_epochs=2"
+            )
+        )
+        for i in range(2)
+    ]
+    for run in runs:
+        run.pop("wall_time_s"), run.pop("best_ckpt_path")
+    assert runs[0] == runs[1]
+    assert json.loads((tmp_path / "0" / "metrics.json").read_text())["val/loss"] == runs[0]["val/loss"]
