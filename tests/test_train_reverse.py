@@ -88,13 +88,26 @@ BAD_INPUTS = [
     (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path=/nonexistent/last.ckpt does not exist"),
     (["trainer.accelerator=cuda"], "no CUDA GPU is available"),
     (["trainer.accelerator=tpu9"], "trainer.accelerator=tpu9 is unknown"),
+    (["trainer.accelerator=mps"], "trainer.accelerator=mps but Apple's MPS backend is not available"),
+    (["model.warmup=-5"], "model.warmup=-5 must be >= 0"),
+    (["model.weight_decay=-1"], "model.weight_decay=-1 must be >= 0"),
+    (["model.betas=[0.9,1.5]"], "model.betas=[0.9, 1.5] must be two numbers in [0, 1)"),
+    (["model.activation=swish"], "model.activation='swish': use relu or gelu"),
+    (
+        ["model.positional_encoding=rotary"],
+        "model.positional_encoding='rotary': use sinusoidal, learned or none",
+    ),
+    (["data.num_categories=1"], "data.num_categories=1 must be an integer >= 2"),
+    (["callbacks.last_checkpoint.every_n_train_steps=0"], "every_n_train_steps=0 must be a positive integer"),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "message"), BAD_INPUTS)
 def test_bad_input_is_rejected_before_training(train_config, tmp_path, overrides, message):
-    if "cuda" in overrides[0] and torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
+    if ("cuda" in overrides[0] and torch.cuda.is_available()) or (
+        "mps" in overrides[0] and torch.backends.mps.is_available()
+    ):
+        pytest.skip("this machine has that device")
     with pytest.raises(ConfigError) as error:
         train(train_config(*overrides))
     assert message in str(error.value)

@@ -9,7 +9,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import COMMON, ROOT, compose_train_config, load_script, run_cli
-from transformer_lab import TransformerPredictor
+from transformer_lab import ConfigError, TransformerPredictor
 from transformer_lab.cli import run
 from transformer_lab.train import train
 
@@ -32,6 +32,28 @@ def test_fast_dev_run(tmp_path):
     metrics = train(compose_train_config(tmp_path, "trainer.fast_dev_run=true", base=TINY_SHAKESPEARE))
     assert metrics["global_step"] == 1
     assert 0 < metrics["test/loss"] < 10
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.path=/nope/input.txt", "data.sha256=null"], "data.path=/nope/input.txt does not exist"),
+        (["data.path={other_text}"], "set data.sha256=null to skip the check"),
+        (["data.train_fraction=1.5"], "data.train_fraction=1.5"),
+        (
+            ["data.block_size=300", "model.max_len=256"],
+            "sequence length 300 is longer than model.max_len=256",
+        ),
+    ],
+)
+def test_bad_data_input(tmp_path, overrides, message):
+    other_text = tmp_path / "other.txt"
+    other_text.write_text("not Shakespeare\n" * 100)
+    overrides = [o.format(other_text=other_text) for o in overrides]
+    with pytest.raises(ConfigError) as error:
+        train(compose_train_config(tmp_path / "run", *overrides, base=TINY_SHAKESPEARE))
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 @pytest.fixture(scope="module")
