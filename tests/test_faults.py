@@ -124,6 +124,10 @@ def test_resuming_into_another_model_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"vocab_size=10 \(config: 12\)"):
         train(compose_train_config(tmp_path / "vocab", f"ckpt_path={last}", "data.num_categories=12"))
     assert not (tmp_path / "big" / "checkpoints").exists()
+    truncated = tmp_path / "truncated.ckpt"
+    truncated.write_bytes(last.read_bytes()[:5000])
+    with pytest.raises(ConfigError, match="truncated.ckpt is not a readable checkpoint"):
+        train(compose_train_config(tmp_path / "t", f"ckpt_path={truncated}"))
 
 
 def test_same_seed_same_config_gives_identical_metrics(tmp_path):
