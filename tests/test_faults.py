@@ -75,6 +75,28 @@ def test_sigkill_then_resume_finishes_like_an_uninterrupted_run(tmp_path):
     assert resumed["test/acc"] > 0.9 and abs(resumed["test/acc"] - uninterrupted["test/acc"]) < 0.05
 
 
+@pytest.mark.slow
+def test_ctrl_c_saves_last_checkpoint_and_says_how_to_resume(tmp_path):
+    run_dir = tmp_path / "interrupted"
+    last = run_dir / "checkpoints" / "last.ckpt"
+    env = {"OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
+    args = [sys.executable, "train.py", *KILLABLE, f"hydra.run.dir={run_dir}", "trainer.max_epochs=40"]
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    first_step = torch.load(last, weights_only=True)["global_step"]
+    time.sleep(1.0)  # let it train past the step checkpoint
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    interrupted_step = torch.load(last, weights_only=True)["global_step"]
+    assert interrupted_step > first_step
+    assert f"Saved {last} at step {interrupted_step}; resume with ckpt_path={last}" in output
+
+
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
     original = TransformerPredictor.training_step
 
@@ -126,7 +148,7 @@ def test_resuming_into_another_model_is_refused(tmp_path):
     assert not (tmp_path / "big" / "checkpoints").exists()
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(last.read_bytes()[:5000])
-    with pytest.raises(ConfigError, match="truncated.ckpt is not a readable checkpoint"):
+    with pytest.raises(ConfigError, match=r"truncated\.ckpt is not a readable checkpoint"):
         train(compose_train_config(tmp_path / "t", f"ckpt_path={truncated}"))
 
 
