@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,22 +51,29 @@ KILLABLE = [
 ]
 
 
+def _start_and_wait_for_last_checkpoint(run_dir: Path, **popen_args) -> tuple[subprocess.Popen, Path]:
+    """Start a long `python train.py` run in `run_dir`; return once it has written checkpoints/last.ckpt."""
+    last = run_dir / "checkpoints" / "last.ckpt"
+    env = {"OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
+    args = [sys.executable, "train.py", *KILLABLE, f"hydra.run.dir={run_dir}", "trainer.max_epochs=40"]
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, **popen_args)
+    deadline = time.monotonic() + 120
+    while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    if not last.exists():
+        proc.kill()
+        pytest.fail(f"the run never wrote {last}")
+    return proc, last
+
+
 @pytest.mark.slow
 def test_sigkill_then_resume_finishes_like_an_uninterrupted_run(tmp_path):
     killed_dir = tmp_path / "killed"
-    last = killed_dir / "checkpoints" / "last.ckpt"
-    env = {"OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
-    args = [sys.executable, "train.py", *KILLABLE, f"hydra.run.dir={killed_dir}", "trainer.max_epochs=40"]
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 120
-        while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.02)
-        assert last.exists(), "the run never wrote last.ckpt"
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc, last = _start_and_wait_for_last_checkpoint(
+        killed_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
     saved_step = torch.load(last, weights_only=True)["global_step"]
     assert saved_step > 0 and not (killed_dir / "metrics.json").exists()
 
@@ -77,16 +85,9 @@ def test_sigkill_then_resume_finishes_like_an_uninterrupted_run(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_saves_last_checkpoint_and_says_how_to_resume(tmp_path):
-    run_dir = tmp_path / "interrupted"
-    last = run_dir / "checkpoints" / "last.ckpt"
-    env = {"OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
-    args = [sys.executable, "train.py", *KILLABLE, f"hydra.run.dir={run_dir}", "trainer.max_epochs=40"]
-    proc = subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    proc, last = _start_and_wait_for_last_checkpoint(
+        tmp_path / "interrupted", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    deadline = time.monotonic() + 120
-    while not last.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.02)
     first_step = torch.load(last, weights_only=True)["global_step"]
     time.sleep(1.0)  # let it train past the step checkpoint
     proc.send_signal(signal.SIGINT)
