@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import optuna
 import pytest
 
-from tests.conftest import ROOT, TINY_REVERSE, load_script
+from tests.conftest import ROOT, TINY_REVERSE, compose_train_config, load_script
 from transformer_lab.cli import run
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -67,8 +68,9 @@ def test_optuna_search_records_an_invalid_trial_as_failed_and_goes_on(tmp_path):
     study = optuna.create_study(
         study_name="reverse", storage=f"sqlite:///{sweep}/optuna.db", direction="maximize"
     )
-    for heads in (1, 3, 2):
-        study.enqueue_trial({"model.num_heads": heads})
+    with warnings.catch_warnings(category=optuna.exceptions.ExperimentalWarning, action="ignore"):
+        for heads in (1, 3, 2):
+            study.enqueue_trial({"model.num_heads": heads})
 
     result = optuna_search(sweep, 3, "model.num_heads=choice(1, 2, 3)")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -149,3 +151,15 @@ def test_summarize_lists_failed_runs_last_and_rejects_a_missing_directory(tmp_pa
         f"error: {tmp_path / 'nope'} is not a directory; pass a sweep directory such as "
         "saved_models/multirun/<date>_<time>, or saved_models"
     )
+
+
+def test_slurm_launcher_runs_one_ddp_rank_per_device(tmp_path):
+    """hydra/launcher=slurm sizes each SLURM job from the trainer: nodes x (tasks = GPUs) per node."""
+    cfg = compose_train_config(
+        tmp_path, "hydra/launcher=slurm", "hydra.launcher.partition=gpu", "trainer=ddp", "trainer.devices=4",
+        "trainer.num_nodes=2",
+    )  # fmt: skip
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert launcher.partition == "gpu" and launcher.nodes == 2
+    assert launcher.tasks_per_node == 4 and launcher.gpus_per_node == 4
