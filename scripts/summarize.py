@@ -135,11 +135,11 @@ def rows(runs: list[Run], differing: list[str], metrics: list[str]) -> list[dict
 
 
 def render(table: list[dict[str, str]]) -> str:
-    """Aligned text: names left, numbers right."""
+    """Aligned text: run names and text left, numbers right."""
     headers = list(table[0])
     widths = {h: max(len(h), *(len(row[h]) for row in table)) for h in headers}
 
-    numeric = {h for h in headers if all(_is_number(row[h]) or row[h] == "-" for row in table)}
+    numeric = {h for h in headers[1:] if all(_is_number(row[h]) or row[h] == "-" for row in table)}
 
     def line(cells: dict[str, str]) -> str:
         text = "  ".join(
