@@ -1,5 +1,6 @@
 """Sweeps through the CLI as a user runs them: a submitit_local grid, Optuna searches (an invalid trial,
-resuming a stopped study), and scripts/summarize.py on the directories they leave."""
+resuming a stopped study), scripts/summarize.py on the directories they leave; the SLURM launcher and
+debug overlays as configs."""
 
 import csv
 import json
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, TINY_REVERSE, compose_train_config, load_script
 from transformer_lab.cli import run
+from transformer_lab.train import train
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -163,3 +166,23 @@ def test_slurm_launcher_runs_one_ddp_rank_per_device(tmp_path):
     assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert launcher.partition == "gpu" and launcher.nodes == 2
     assert launcher.tasks_per_node == 4 and launcher.gpus_per_node == 4
+
+
+@pytest.mark.parametrize(
+    ("overlay", "settings"),
+    [
+        ("fast_dev_run", {"trainer.fast_dev_run": True}),
+        ("overfit", {"trainer.overfit_batches": 1, "trainer.max_steps": 300, "model.lr": 3e-3}),
+        ("profiler", {"trainer.max_epochs": 1, "trainer.profiler.filename": "profile"}),
+    ],
+)
+def test_debug_overlays_run_apart_from_real_runs(tmp_path, overlay, settings):
+    cfg = compose_train_config(tmp_path, f"debug={overlay}")
+    for key, value in settings.items():
+        assert OmegaConf.select(cfg, key) == value
+    assert cfg.hydra.run.dir.startswith(f"{tmp_path}/debug/")
+
+
+def test_profiler_overlay_writes_its_report_into_the_run_directory(tmp_path):
+    train(compose_train_config(tmp_path, "debug=profiler"))
+    assert "FIT Profiler Report" in (tmp_path / "fit-profile.txt").read_text()
