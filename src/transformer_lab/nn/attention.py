@@ -135,16 +135,19 @@ class MultiheadAttention(nn.Module):
             k, v = kv_cache.update(k, v)
         num_keys = k.size(2)
 
-        if causal:
+        # The fused kernel needs no mask tensor for plain causal attention: `is_causal` covers Tq == Tk,
+        # and a single query (decoding with a KV cache) is the newest position, which sees every key.
+        implicit_causal = causal and mask is None and not return_attention and seq_len in (1, num_keys)
+        if causal and not implicit_causal:
             causal_part = causal_mask(seq_len, num_keys, device=x.device)
             mask = causal_part if mask is None else expand_mask(mask).bool() & causal_part
 
         if return_attention:
             values, attention = scaled_dot_product(q, k, v, mask=mask)
+        elif implicit_causal:
+            values = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1)
         elif mask is None:
             values = F.scaled_dot_product_attention(q, k, v)
-        elif causal and mask is causal_part and seq_len == num_keys:
-            values = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             values = F.scaled_dot_product_attention(q, k, v, attn_mask=expand_mask(mask).bool())
 

@@ -1,0 +1,537 @@
+"""Benchmark: does training a small Transformer here cost more than writing the loop by hand?
+
+    python scripts/bench.py                          # full run, a few minutes on 2 CPU cores
+    python scripts/bench.py --quick                  # every figure in under a minute (the tests run this)
+    python scripts/bench.py --json bench.json        # also write the figures as flat JSON
+    python scripts/bench.py model.compile=true       # Hydra overrides for the training configuration
+
+Everything runs in one process. The training contenders take turns in short chunks of steps (round
+robin), and each figure is the median over rounds, so a machine that other jobs slow down slows every
+contender alike and the ratios stay fair.
+
+1. Training throughput (tokens/s) of `experiment=shakespeare_cpu` (block 64, batch 12, 4 layers, 4 heads,
+   128 dims): the project's Lightning Trainer (its callbacks, TensorBoard logger and progress bar; no
+   validation or checkpoint files) + TransformerPredictor + ShakespeareDataModule, against
+   * a bare PyTorch loop training a copy of the same module on batches from the same dataset, with the same
+     optimizer, schedule and gradient clipping, and
+   * a nanoGPT-style reference: nanoGPT's GPT (no biases) and its CPU training loop (a Python-loop batch
+     sampler, the learning rate set by hand each step, `loss.item()` logged every step).
+2. Model FLOPs utilisation: (6 N + 12 L d T) training FLOPs per token x tokens/s over the peak matmul rate,
+   measured in the same rounds (N = parameters except position embeddings, as nanoGPT counts them).
+3. Generation: tokens/s for `max_new_tokens` new tokens from one token, with and without the KV cache, at
+   block 64 and block 256.
+4. The reverse task: wall time of `python train.py` (the default config: train, then test) and its test/acc.
+5. Peak memory of the training phase: the process's peak RSS on CPU, `torch.cuda.max_memory_allocated`
+   on CUDA.
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from torch import Tensor, nn
+
+from transformer_lab import TransformerPredictor
+from transformer_lab.data.shakespeare import RandomWindowBatches, ShakespeareDataModule
+from transformer_lab.train import CONFIG_DIR, build_trainer, instantiate, train
+
+# The training run measured: shakespeare_cpu without validation or checkpoint files (the bare loop has
+# neither); every per-step part of the project's training stays (callbacks, logger, progress bar).
+TRAIN_OVERRIDES = [
+    "experiment=shakespeare_cpu",
+    "+trainer.limit_val_batches=0",
+    "callbacks.model_checkpoint=null",
+    "callbacks.last_checkpoint=null",
+]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How much to measure: training rounds of `chunk` steps per contender, generation length, reverse run."""
+
+    warmup_rounds: int
+    rounds: int
+    chunk: int
+    new_tokens: int
+    gen_rounds: int
+    matmul_size: int
+    reverse_overrides: tuple[str, ...]
+
+
+FULL = Mode(2, 12, 25, 500, 3, 1024, ())
+QUICK = Mode(1, 2, 5, 60, 1, 512, ("experiment=reverse_tiny", "callbacks.progress_bar.refresh_rate=0"))
+
+PHASES = ("training", "generation", "reverse")
+TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
+    "lightning_over_bare": (">=", 0.95),
+    "lightning_over_reference": (">=", 1.0),
+    "mfu": (">=", 0.60),
+    "kv_speedup": (">=", 3.0),
+    "kv_speedup_block256": (">=", 5.0),
+    "reverse_test_acc": (">=", 1.0),
+}
+
+
+def progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def compose_config(overrides: list[str], output_dir: Path) -> DictConfig:
+    """The config `python train.py <overrides>` would run, writing into `output_dir`."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[f"paths.output_dir={output_dir}", f"paths.log_dir={output_dir}", *overrides],
+            return_hydra_config=True,
+        )
+    HydraConfig().set_config(cfg)
+    return cfg
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued GPU work, so a clock read after it measures the work itself."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(device: torch.device, work: Callable[[], object]) -> float:
+    """Seconds `work()` takes, GPU work included."""
+    synchronize(device)
+    start = time.perf_counter()
+    work()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+# ------------------------------------------------------------------------------------------ FLOPs
+def train_flops_per_token(num_params: int, num_layers: int, model_dim: int, block_size: int) -> float:
+    """6 N + 12 L d T: forward + backward FLOPs per token (Kaplan et al. 2020; PaLM, appendix B).
+
+    6 N counts the weight matmuls (2 N forward, 4 N backward); 12 L d T the attention scores and the
+    weighted sum of values (QK^T and AV, each 2 d T forward per layer, twice that backward).
+    """
+    return 6 * num_params + 12 * num_layers * model_dim * block_size
+
+
+def counted_params(model: TransformerPredictor) -> int:
+    """N of the FLOPs formula: every parameter a matmul uses. Position embeddings (and the token embedding,
+    unless tied to the output layer) are table lookups, not matmuls, so they are left out, as in nanoGPT."""
+    lookups = [model.positional_encoding, *([] if model.hparams.tie_embeddings else [model.embedding])]
+    looked_up = {id(p) for m in lookups for p in m.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in looked_up)
+
+
+def peak_matmul_flops(size: int, device: torch.device, dtype: torch.dtype, seconds: float = 0.15) -> float:
+    """FLOP/s of repeated [size, size] @ [size, size] products (2 size^3 FLOPs each) for about `seconds`."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    a @ b  # first call: allocation and kernel selection
+    count, elapsed = 0, 0.0
+    while elapsed < seconds:
+        elapsed += timed(device, lambda: a @ b)
+        count += 1
+    return count * 2 * size**3 / elapsed
+
+
+# --------------------------------------------------------------------------------- the contenders
+class BareLoop:
+    """The training loop one writes by hand: the same module, optimizer, schedule and clipping as the
+    Lightning run, on batches drawn straight from the same dataset class."""
+
+    def __init__(self, model: TransformerPredictor, batches: Iterator, clip: float | None, precision: str):
+        self.model = model.train()
+        self.model.configure_model()  # e.g. model.compile=true, exactly as Lightning applies it
+        config = model.configure_optimizers()
+        self.optimizer = config["optimizer"]
+        self.scheduler = config["lr_scheduler"]["scheduler"]
+        self.batches = batches
+        self.clip = clip
+        self.device = next(model.parameters()).device
+        bf16 = precision.startswith("bf16")
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16)
+
+    def steps(self, n: int) -> None:
+        for _ in range(n):
+            x, y = (t.to(self.device, non_blocking=True) for t in next(self.batches))
+            with self.autocast:
+                logits = self.model(x)
+                loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.clip:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+            self.optimizer.step()
+            self.scheduler.step()
+
+
+class ReferenceGPT(nn.Module):
+    """nanoGPT's architecture with its defaults: pre-norm blocks, GELU MLP of 4 d, learned positions,
+    tied embeddings, and no biases in Linear or LayerNorm layers."""
+
+    def __init__(self, vocab_size: int, block_size: int, num_layers: int, num_heads: int, dim: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.wte = nn.Embedding(vocab_size, dim)
+        self.wpe = nn.Embedding(block_size, dim)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(
+                {
+                    "ln_1": nn.LayerNorm(dim, bias=False),
+                    "qkv": nn.Linear(dim, 3 * dim, bias=False),
+                    "proj": nn.Linear(dim, dim, bias=False),
+                    "ln_2": nn.LayerNorm(dim, bias=False),
+                    "fc": nn.Linear(dim, 4 * dim, bias=False),
+                    "fc_proj": nn.Linear(4 * dim, dim, bias=False),
+                }
+            )
+            for _ in range(num_layers)
+        )
+        self.ln_f = nn.LayerNorm(dim, bias=False)
+        self.lm_head = nn.Linear(dim, vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight
+        for p in self.parameters():
+            if p.ndim == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def _attention(self, block: nn.ModuleDict, x: Tensor) -> Tensor:
+        b, t, d = x.shape
+        q, k, v = block.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.num_heads, d // self.num_heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return block.proj(y.transpose(1, 2).contiguous().view(b, t, d))
+
+    def forward(self, idx: Tensor, targets: Tensor) -> Tensor:
+        """Token ids [B, T] and next tokens [B, T] -> mean cross-entropy."""
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
+        for block in self.blocks:
+            x = x + self._attention(block, block.ln_1(x))
+            x = x + block.fc_proj(F.gelu(block.fc(block.ln_2(x))))
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+class ReferenceLoop:
+    """nanoGPT's training loop as its CPU command runs it (`--device=cpu --compile=False --log_interval=1`):
+    batches gathered by a Python loop over random offsets into a uint16 array, the cosine learning rate
+    set on every step, gradient clipping at 1.0, AdamW (fused on CUDA only, as nanoGPT does) with weight
+    decay 0.1 on 2-D parameters, and the loss read with `.item()` every step."""
+
+    def __init__(self, data: Tensor, cfg: DictConfig, vocab_size: int, device: torch.device):
+        self.data = data.numpy().astype(np.uint16)
+        self.block, self.batch = cfg.data.block_size, cfg.data.batch_size
+        m = cfg.model
+        self.model = ReferenceGPT(vocab_size, self.block, m.num_layers, m.num_heads, m.model_dim).to(device)
+        params = list(self.model.parameters())
+        groups = [
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.1},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        ]
+        self.optimizer = torch.optim.AdamW(groups, lr=m.lr, betas=(0.9, 0.99), fused=device.type == "cuda")
+        self.lr, self.warmup, self.max_iters = m.lr, m.warmup, cfg.trainer.max_steps
+        self.device = device
+        self.iter = 0
+        self.last_loss = 0.0
+
+    def _get_batch(self) -> tuple[Tensor, Tensor]:
+        ix = torch.randint(len(self.data) - self.block, (self.batch,))
+        x = torch.stack([torch.from_numpy(self.data[i : i + self.block].astype(np.int64)) for i in ix])
+        y = torch.stack(
+            [torch.from_numpy(self.data[i + 1 : i + 1 + self.block].astype(np.int64)) for i in ix]
+        )
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def _get_lr(self) -> float:
+        if self.iter < self.warmup:
+            return self.lr * (self.iter + 1) / (self.warmup + 1)
+        ratio = min(1.0, (self.iter - self.warmup) / max(1, self.max_iters - self.warmup))
+        return self.lr / 10 + 0.5 * (1 + math.cos(math.pi * ratio)) * (self.lr - self.lr / 10)
+
+    def steps(self, n: int) -> None:
+        for _ in range(n):
+            for group in self.optimizer.param_groups:
+                group["lr"] = self._get_lr()
+            x, y = self._get_batch()
+            loss = self.model(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.last_loss = loss.item()
+            self.iter += 1
+
+    def flops_per_token(self) -> float:
+        n = sum(p.numel() for p in self.model.parameters()) - self.model.wpe.weight.numel()
+        return train_flops_per_token(n, len(self.model.blocks), self.model.wte.embedding_dim, self.block)
+
+
+class RoundRobin(L.Callback):
+    """Runs inside the Lightning fit: every `chunk` training steps it stops Lightning's clock, lets the
+    other contenders train `chunk` steps each and measures the peak matmul rate, then restarts the clock.
+    So Lightning's time covers whole steps with every hook, and all contenders share each round's load."""
+
+    def __init__(self, mode: Mode, device: torch.device, others: dict[str, Callable[[int], None]], dtype):
+        self.mode, self.device, self.others, self.dtype = mode, device, others, dtype
+        self.seconds: dict[str, list[float]] = {"lightning": [], **{k: [] for k in others}, "peak": []}
+        self._steps = 0
+        self._start = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        synchronize(self.device)
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        self._steps += 1
+        if self._steps % self.mode.chunk:
+            return
+        synchronize(self.device)
+        self.seconds["lightning"].append(time.perf_counter() - self._start)
+        names = list(self.others)
+        if len(self.seconds["lightning"]) % 2:  # alternate the order, so neither always follows Lightning
+            names.reverse()
+        for name in names:
+            self.seconds[name].append(timed(self.device, lambda n=name: self.others[n](self.mode.chunk)))
+        self.seconds["peak"].append(peak_matmul_flops(self.mode.matmul_size, self.device, self.dtype))
+        done = len(self.seconds["lightning"])
+        total = self.mode.warmup_rounds + self.mode.rounds
+        progress(
+            f"training: round {done}/{total}" + (" (warm-up)" if done <= self.mode.warmup_rounds else "")
+        )
+        synchronize(self.device)
+        self._start = time.perf_counter()
+
+    def measured(self, name: str) -> list[float]:
+        """Seconds per chunk after the warm-up rounds (compilation, allocator and cache warm-up)."""
+        return self.seconds[name][self.mode.warmup_rounds :]
+
+
+def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dict, TransformerPredictor]:
+    """Phase 1, 2 and 5: throughput of the three contenders, MFU, peak memory."""
+    total_steps = (mode.warmup_rounds + mode.rounds) * mode.chunk
+    cfg = compose_config(
+        [*TRAIN_OVERRIDES, f"trainer.max_steps={total_steps}", f"model.max_iters={total_steps}", *overrides],
+        workdir / "shakespeare",
+    )
+    datamodule: ShakespeareDataModule = instantiate(cfg.data)
+    model: TransformerPredictor = instantiate(
+        cfg.model,
+        vocab_size=datamodule.vocab_size,
+        num_classes=datamodule.num_classes,
+        vocab=datamodule.vocab,
+        block_size=datamodule.block_size,
+    )
+    trainer = build_trainer(cfg)
+    device = trainer.strategy.root_device
+    precision = str(trainer.precision)
+    dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float32
+
+    bare_batches = iter(
+        RandomWindowBatches(datamodule.train_data, datamodule.block_size, datamodule.batch_size, 2**62)
+    )
+    bare = BareLoop(copy.deepcopy(model).to(device), bare_batches, cfg.trainer.gradient_clip_val, precision)
+    reference = ReferenceLoop(datamodule.train_data, cfg, datamodule.vocab_size, device)
+    timer = RoundRobin(mode, device, {"bare": bare.steps, "reference": reference.steps}, dtype)
+    trainer.callbacks.append(timer)
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    progress(f"training: {total_steps} steps per contender on {device} ({precision}), chunks of {mode.chunk}")
+    trainer.fit(model, datamodule=datamodule)
+    if device.type == "cuda":
+        peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
+    else:  # ru_maxrss is in kilobytes on Linux (bytes on macOS)
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (
+            2**20 if sys.platform == "darwin" else 2**10
+        )
+
+    tokens = mode.chunk * datamodule.batch_size * datamodule.block_size
+    rates = {name: [tokens / s for s in timer.measured(name)] for name in ("lightning", "bare", "reference")}
+    peaks = timer.measured("peak")
+    h = model.hparams
+    flops = train_flops_per_token(counted_params(model), h.num_layers, h.model_dim, datamodule.block_size)
+    ratio = lambda a, b: statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True))  # noqa: E731
+    mfu = lambda name, f: statistics.median(r * f / p for r, p in zip(rates[name], peaks, strict=True))  # noqa: E731
+    results = {
+        "device": str(device),
+        "precision": precision,
+        "bare_tokens_per_s": statistics.median(rates["bare"]),
+        "lightning_tokens_per_s": statistics.median(rates["lightning"]),
+        "reference_tokens_per_s": statistics.median(rates["reference"]),
+        "lightning_over_bare": ratio("lightning", "bare"),
+        "lightning_over_reference": ratio("lightning", "reference"),
+        "flops_per_token": flops,
+        "peak_gflops": statistics.median(peaks) / 1e9,
+        "mfu": mfu("lightning", flops),
+        "bare_mfu": mfu("bare", flops),
+        "reference_mfu": mfu("reference", reference.flops_per_token()),
+        "peak_rss_mb": peak_mb,
+    }
+    return results, model
+
+
+# ------------------------------------------------------------------------------------- generation
+def generation_rates(model: TransformerPredictor, new_tokens: int, rounds: int) -> tuple[float, float]:
+    """Tokens/s of `model.generate` from one token, without and with the KV cache (median of `rounds`)."""
+    device = model.device
+    idx = torch.zeros((1, 1), dtype=torch.long, device=device)
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for use_cache in (False, True):
+            generator = torch.Generator(device=device).manual_seed(0)
+            run = lambda c=use_cache, g=generator: model.generate(idx, new_tokens, use_cache=c, generator=g)  # noqa: E731
+            rates[use_cache].append(new_tokens / timed(device, run))
+    return statistics.median(rates[False]), statistics.median(rates[True])
+
+
+def bench_generation(mode: Mode, model: TransformerPredictor) -> dict:
+    """Phase 3: the trained shakespeare_cpu model (block 64), and the same sizes at block 256."""
+    progress(f"generation: {mode.new_tokens} new tokens at block {model.block_size}")
+    generation_rates(model, 8, 1)  # warm-up
+    nocache, cache = generation_rates(model, mode.new_tokens, mode.gen_rounds)
+    h = dict(model.hparams)
+    h.update(max_len=256, block_size=256)
+    long_model = TransformerPredictor(**h).to(model.device)
+    progress(f"generation: {mode.new_tokens} new tokens at block 256")
+    nocache_256, cache_256 = generation_rates(long_model, mode.new_tokens, mode.gen_rounds)
+    return {
+        "gen_tokens_per_s_nocache": nocache,
+        "gen_tokens_per_s_cache": cache,
+        "kv_speedup": cache / nocache,
+        "gen_tokens_per_s_nocache_block256": nocache_256,
+        "gen_tokens_per_s_cache_block256": cache_256,
+        "kv_speedup_block256": cache_256 / nocache_256,
+    }
+
+
+# ---------------------------------------------------------------------------------------- reverse
+def bench_reverse(mode: Mode, workdir: Path) -> dict:
+    """Phase 4: `python train.py` (the reverse task, default config): fit, then test the best checkpoint."""
+    overrides = list(mode.reverse_overrides)
+    progress(f"reverse: python train.py {' '.join(overrides)}".rstrip())
+    cfg = compose_config(overrides, workdir / "reverse")
+    start = time.perf_counter()
+    metrics = train(cfg)
+    return {"reverse_seconds_to_100": time.perf_counter() - start, "reverse_test_acc": metrics["test/acc"]}
+
+
+# ------------------------------------------------------------------------------------------ report
+ROWS = [  # (figure, format of the value, the results keys it shows; the first one is checked against TARGETS)
+    ("training, Lightning (project)", "{:,.0f} tokens/s", ["lightning_tokens_per_s"]),
+    ("training, bare PyTorch loop", "{:,.0f} tokens/s", ["bare_tokens_per_s"]),
+    ("training, nanoGPT-style reference", "{:,.0f} tokens/s", ["reference_tokens_per_s"]),
+    ("Lightning / bare loop", "{:.3f}", ["lightning_over_bare"]),
+    ("Lightning / nanoGPT-style reference", "{:.3f}", ["lightning_over_reference"]),
+    ("peak matmul rate", "{:.1f} GFLOP/s", ["peak_gflops"]),
+    ("training FLOPs per token (6N + 12LdT)", "{:,.0f}", ["flops_per_token"]),
+    ("MFU, Lightning", "{:.1%}", ["mfu"]),
+    ("MFU, bare loop / reference", "{:.1%} / {:.1%}", ["bare_mfu", "reference_mfu"]),
+    ("peak memory (training phase)", "{:,.0f} MB", ["peak_rss_mb"]),
+    (
+        "generation, no cache / KV cache (block 64)",
+        "{:,.0f} / {:,.0f} tokens/s",
+        ["gen_tokens_per_s_nocache", "gen_tokens_per_s_cache"],
+    ),
+    ("KV-cache speed-up, block 64", "{:.2f}x", ["kv_speedup"]),
+    (
+        "generation, no cache / KV cache (block 256)",
+        "{:,.0f} / {:,.0f} tokens/s",
+        ["gen_tokens_per_s_nocache_block256", "gen_tokens_per_s_cache_block256"],
+    ),
+    ("KV-cache speed-up, block 256", "{:.2f}x", ["kv_speedup_block256"]),
+    ("reverse: python train.py, wall time", "{:.1f} s", ["reverse_seconds_to_100"]),
+    ("reverse: test/acc", "{:.4f}", ["reverse_test_acc"]),
+]
+
+
+def table(results: dict, check_targets: bool) -> str:
+    """The measured figures as a Markdown table, with the issue's targets and whether they are met."""
+    lines = ["| figure | value | target |", "|---|---|---|"]
+    for name, fmt, keys in ROWS:
+        if keys[0] not in results:  # its phase did not run
+            continue
+        target = ""
+        if check_targets and keys[0] in TARGETS:
+            op, threshold = TARGETS[keys[0]]
+            target = f"{op} {threshold:g}: {'met' if results[keys[0]] >= threshold else 'NOT met'}"
+        lines.append(f"| {name} | {fmt.format(*(results[k] for k in keys))} | {target} |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="a few steps of everything (< 1 minute)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH as JSON")
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"comma-separated subset of {','.join(PHASES)} (default: all; generation needs training)",
+    )
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument(
+        "overrides", nargs="*", help="Hydra overrides for the training config, e.g. model.compile=true"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    phases = args.phases.split(",")
+    unknown = sorted(set(phases) - set(PHASES))
+    if unknown or ("generation" in phases and "training" not in phases):
+        sys.exit(f"error: --phases={args.phases}: choose from {','.join(PHASES)}; generation needs training")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    mode_name = "quick" if args.quick else "full"
+    mode = QUICK if args.quick else FULL
+    L.seed_everything(0, verbose=False)
+    load_before = os.getloadavg()[0]
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        workdir = Path(tmp)
+        if "training" in phases:
+            training, model = bench_training(mode, args.overrides, workdir)
+            results.update(training)
+        if "generation" in phases:
+            results.update(bench_generation(mode, model))
+        if "reverse" in phases:
+            results.update(bench_reverse(mode, workdir))
+    results.update(
+        mode=mode_name,
+        overrides=" ".join(args.overrides),
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        load_average_start=load_before,
+        load_average_end=os.getloadavg()[0],
+    )
+    print(
+        f"transformer-lab benchmark ({mode_name}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+        + (f", overrides: {results['overrides']}" if args.overrides else "")
+    )
+    print(table(results, check_targets=mode_name == "full"))
+    print(json.dumps(results, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""scripts/bench.py (quick mode: every figure produced and positive, not the targets) and the speed
+changes it measures: fused AdamW, training metrics logged only when written, eager-safe generation."""
+
+import json
+
+import pytest
+import torch
+
+from tests.conftest import COMMON, compose_train_config, load_script, run_cli
+from transformer_lab import TransformerPredictor
+from transformer_lab.train import train
+
+FIGURES = (
+    "bare_tokens_per_s",
+    "lightning_tokens_per_s",
+    "lightning_over_bare",
+    "peak_gflops",
+    "mfu",
+    "gen_tokens_per_s_nocache",
+    "gen_tokens_per_s_cache",
+    "kv_speedup",
+    "kv_speedup_block256",
+    "reverse_seconds_to_100",
+    "peak_rss_mb",
+)
+
+DECODER = dict(
+    vocab_size=65,
+    num_classes=65,
+    model_dim=32,
+    num_heads=2,
+    num_layers=2,
+    mlp_ratio=4,
+    max_iters=10,
+    weight_decay=0.1,
+    norm_first=True,
+    activation="gelu",
+    positional_encoding="learned",
+    max_len=16,
+    causal=True,
+    output_mlp=False,
+    tie_embeddings=True,
+    block_size=16,
+)
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_script("bench")
+
+
+def test_quick_benchmark_produces_every_figure(tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_cli("scripts/bench.py", "--quick", "--json", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for key in FIGURES:
+        assert figures[key] > 0, key
+    assert figures["reference_tokens_per_s"] > 0 and 0 <= figures["reverse_test_acc"] <= 1
+    assert "| Lightning / bare loop |" in result.stdout
+    for phase in ("training", "generation", "reverse"):
+        assert f"[bench] {phase}" in result.stderr
+
+
+def test_help_and_bad_phase():
+    result = run_cli("scripts/bench.py", "--help")
+    assert result.returncode == 0 and "--quick" in result.stdout and "--json" in result.stdout
+    result = run_cli("scripts/bench.py", "--phases", "generation")
+    assert result.returncode != 0 and "generation needs training" in result.stderr
+
+
+def test_flops_per_token_follows_nanogpt(bench):
+    # nanoGPT's shakespeare_cpu sizes: N = 12 L d^2 + vocab x d (tied head) without biases.
+    n = 12 * 4 * 128**2 + 65 * 128
+    assert bench.train_flops_per_token(n, 4, 128, 64) == 6 * n + 12 * 4 * 128 * 64
+    model = TransformerPredictor(**DECODER)
+    positions = model.positional_encoding.embedding.weight.numel()
+    assert bench.counted_params(model) == sum(p.numel() for p in model.parameters()) - positions
+
+
+def test_fused_adamw_on_cpu_and_optional():
+    assert TransformerPredictor(**DECODER).configure_optimizers()["optimizer"].defaults["fused"]
+    plain = TransformerPredictor(**DECODER, fused_adamw=False).configure_optimizers()["optimizer"]
+    assert not plain.defaults["fused"]
+
+
+def test_training_metrics_are_computed_only_when_written(tmp_path, monkeypatch):
+    calls = []
+    original = TransformerPredictor.log_dict
+
+    def counting(self, values, *args, **kwargs):
+        calls.append(sorted(values))
+        return original(self, values, *args, **kwargs)
+
+    monkeypatch.setattr(TransformerPredictor, "log_dict", counting)
+    # 256 / 32 = 8 training steps, written every 4th: 2 training log calls with every metric.
+    metrics = train(compose_train_config(tmp_path, "trainer.log_every_n_steps=4", "test=false"))
+    train_calls = [c for c in calls if c[0].startswith("train/")]
+    assert train_calls == [["train/acc", "train/loss", "train/seq_acc"]] * 2
+    assert metrics["global_step"] == 8 and "val/acc" in metrics
+
+
+def test_generate_returns_an_ordinary_tensor():
+    model = TransformerPredictor(**DECODER)
+    start = torch.zeros((1, 1), dtype=torch.long)
+    out = model.generate(start, 20, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 21) and not out.is_inference() and model.training
+    model(out[:, -16:]).sum().backward()  # usable as training input afterwards
+
+
+@pytest.mark.slow
+def test_compile_trains_like_eager(tmp_path):
+    overrides = ["trainer.max_epochs=1", "test=false", *COMMON]
+    eager = train(compose_train_config(tmp_path / "eager", *overrides))
+    compiled = train(compose_train_config(tmp_path / "compiled", *overrides, "model.compile=true"))
+    assert compiled["val/loss"] == pytest.approx(eager["val/loss"], rel=1e-3)
