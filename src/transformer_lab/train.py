@@ -241,15 +241,17 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
     log.info(f"Metrics written to {output_dir / 'metrics.json'}")
 
 
-class CheckOutputDir(Callback):
-    """Hydra callback: before Hydra creates the run (or sweep) directory, check it can, so an unwritable
-    `paths.log_dir` is a one-line error instead of a traceback from inside Hydra."""
+class RunDirectories(Callback):
+    """Hydra callback, run before Hydra creates any directory: an unwritable `paths.log_dir` is a one-line
+    error instead of a traceback from inside Hydra; a sweep's directory is created up front, so the sweeper
+    can keep files there before the first job runs (the Optuna sweeper's SQLite study)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: object) -> None:
         _exit_unless_writable(config.hydra.run.dir)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
         _exit_unless_writable(config.hydra.sweep.dir)
+        Path(config.hydra.sweep.dir).mkdir(parents=True, exist_ok=True)
 
 
 def _exit_unless_writable(directory: str) -> None:
@@ -277,14 +279,6 @@ def user_error(exc: BaseException) -> ConfigError | None:
 class SweepJobError(hydra.errors.CompactHydraException):
     """A user mistake in one job of a sweep: Hydra records the job as failed (Optuna: a failed trial), the
     sweep goes on, and the message is printed as one line."""
-
-
-class CreateSweepDir(Callback):
-    """Hydra callback: create the sweep directory before the sweeper starts, so that it can keep files
-    there before the first job runs (the Optuna sweeper's SQLite study)."""
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
-        Path(config.hydra.sweep.dir).mkdir(parents=True, exist_ok=True)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
