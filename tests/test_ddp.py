@@ -52,10 +52,6 @@ def test_ddp_run_writes_one_run_directory_from_rank_zero(ddp_run):
     assert "Metrics written to" not in (run_dir / "train_ddp_process_1.log").read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs TransformerPredictor to log epoch-level val/test metrics with sync_dist=True",
-)
 def test_ddp_metrics_are_averaged_over_both_ranks(ddp_run):
     """Each rank tests half of the 64 test sequences; the reported test/acc must be that of all 64."""
     log_dir, _ = ddp_run

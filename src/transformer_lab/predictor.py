@@ -223,6 +223,7 @@ class TransformerPredictor(L.LightningModule):
             on_epoch=not on_step,
             prog_bar=True,
             batch_size=x.size(0),
+            sync_dist=not on_step,  # DDP: val/test metrics averaged over every rank's share of the data
         )
         return loss
 
