@@ -4,6 +4,7 @@
     python scripts/bench.py --quick                  # every figure in under a minute (the tests run this)
     python scripts/bench.py --json bench.json        # also write the figures as flat JSON
     python scripts/bench.py model.compile=true       # Hydra overrides for the training configuration
+    python scripts/bench.py --phases training --threads 1   # only phases 1, 2 and 5; one torch thread
 
 Everything runs in one process. The training contenders take turns in short chunks of steps (round
 robin), and each figure is the median over rounds, so a machine that other jobs slow down slows every
@@ -11,16 +12,17 @@ contender alike and the ratios stay fair.
 
 1. Training throughput (tokens/s) of `experiment=shakespeare_cpu` (block 64, batch 12, 4 layers, 4 heads,
    128 dims): the project's Lightning Trainer (its callbacks, TensorBoard logger and progress bar; no
-   validation or checkpoint files) + TransformerPredictor + ShakespeareDataModule, against
+   validation) + TransformerPredictor + ShakespeareDataModule, against
    * a bare PyTorch loop training a copy of the same module on batches from the same dataset, with the same
      optimizer, schedule and gradient clipping, and
    * a nanoGPT-style reference: nanoGPT's GPT (no biases) and its CPU training loop (a Python-loop batch
      sampler, the learning rate set by hand each step, `loss.item()` logged every step).
 2. Model FLOPs utilisation: (6 N + 12 L d T) training FLOPs per token x tokens/s over the peak matmul rate,
    measured in the same rounds (N = parameters except position embeddings, as nanoGPT counts them).
-3. Generation: tokens/s for `max_new_tokens` new tokens from one token, with and without the KV cache, at
-   block 64 and block 256.
-4. The reverse task: wall time of `python train.py` (the default config: train, then test) and its test/acc.
+3. Generation: tokens/s for 500 new tokens (60 with --quick) from one token, with and without the KV
+   cache, at block 64 (the trained model) and block 256 (same sizes).
+4. The reverse task: wall time of `python train.py` (the default config: train, then test) and its test/acc
+   (--quick: experiment=reverse_tiny, which does not reach 1.0).
 5. Peak memory of the training phase: the process's peak RSS on CPU, `torch.cuda.max_memory_allocated`
    on CUDA.
 """
@@ -52,14 +54,9 @@ from transformer_lab import TransformerPredictor
 from transformer_lab.data.shakespeare import RandomWindowBatches, ShakespeareDataModule
 from transformer_lab.train import CONFIG_DIR, build_trainer, instantiate, train
 
-# The training run measured: shakespeare_cpu without validation or checkpoint files (the bare loop has
-# neither); every per-step part of the project's training stays (callbacks, logger, progress bar).
-TRAIN_OVERRIDES = [
-    "experiment=shakespeare_cpu",
-    "+trainer.limit_val_batches=0",
-    "callbacks.model_checkpoint=null",
-    "callbacks.last_checkpoint=null",
-]
+# The training run measured: shakespeare_cpu without validation (the bare loop has none); everything else
+# of the project's training stays: callbacks (checkpoints included), TensorBoard logger, progress bar.
+TRAIN_OVERRIDES = ["experiment=shakespeare_cpu", "+trainer.limit_val_batches=0"]
 
 
 @dataclass(frozen=True)

@@ -129,8 +129,12 @@ class MultiheadAttention(nn.Module):
         so the attention weights can be returned and differentiated; otherwise the fused kernel runs.
         """
         batch, seq_len, _ = x.shape
-        qkv = self.qkv_proj(x).view(batch, seq_len, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [B, H, T, head_dim]
+        # Split [q | k | v] along features, then heads: views whose backward is one concatenation
+        # (a [B, T, 3, H, d] view permuted to the front would need a stack plus a copy).
+        q, k, v = (
+            z.view(batch, seq_len, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, head_dim]
+            for z in self.qkv_proj(x).split(self.embed_dim, dim=-1)
+        )
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
         num_keys = k.size(2)
