@@ -379,7 +379,7 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
         "reference_mfu": mfu("reference", reference.flops_per_token()),
         "peak_rss_mb": peak_mb,
     }
-    return results, model
+    return results, model.to(device)  # Lightning moves the model back to the CPU after fit
 
 
 # ------------------------------------------------------------------------------------- generation

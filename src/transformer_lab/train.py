@@ -236,6 +236,9 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
     hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in hparams.items()}
     for logger in trainer.loggers:
         logger.log_hyperparams(hparams, metrics=scores)
+        # Write these last records now: the Trainer already finalized its loggers, and leaving the flush
+        # to garbage collection at exit can lose them (the last job of a sweep then has no hp/ scalars).
+        logger.finalize("success")
     summary = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.startswith("test/"))
     log.info(f"Test: {summary or 'skipped'}")
     log.info(f"Metrics written to {output_dir / 'metrics.json'}")

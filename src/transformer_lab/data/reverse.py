@@ -98,6 +98,7 @@ class ReverseDataModule(L.LightningDataModule):
             drop_last=shuffle,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
         )
 
     def train_dataloader(self) -> DataLoader:
