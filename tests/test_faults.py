@@ -14,7 +14,7 @@ from tests.conftest import COMMON, ROOT, compose_train_config
 from transformer_lab import ConfigError, TransformerPredictor
 from transformer_lab.checkpoints import AtomicCheckpointIO
 from transformer_lab.errors import TrainingDiverged
-from transformer_lab.train import train
+from transformer_lab.train import check_resumable, train
 
 
 class _FailsToPickle:
@@ -146,6 +146,13 @@ def test_resuming_into_another_model_is_refused(tmp_path):
         train(compose_train_config(tmp_path / "big", f"ckpt_path={last}", "model.model_dim=64"))
     with pytest.raises(ConfigError, match=r"vocab_size=10 \(config: 12\)"):
         train(compose_train_config(tmp_path / "vocab", f"ckpt_path={last}", "data.num_categories=12"))
+    with pytest.raises(ConfigError, match=r"bias=True \(config: False\)"):
+        train(compose_train_config(tmp_path / "nobias", f"ckpt_path={last}", "model.bias=false"))
+    older = tmp_path / "older.ckpt"  # written before the `bias` hyperparameter existed: biases were on
+    checkpoint = torch.load(last, weights_only=True)
+    del checkpoint["hyper_parameters"]["bias"]
+    torch.save(checkpoint, older)
+    check_resumable(str(older), TransformerPredictor(**checkpoint["hyper_parameters"]))
     assert not (tmp_path / "big" / "checkpoints").exists()
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(last.read_bytes()[:5000])

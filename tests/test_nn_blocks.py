@@ -10,23 +10,26 @@ from transformer_lab.nn import EncoderBlock, PositionalEncoding, TransformerEnco
 def _copy_block_to_torch(block: EncoderBlock, ref: torch.nn.TransformerEncoderLayer) -> None:
     with torch.no_grad():
         ref.self_attn.in_proj_weight.copy_(block.self_attn.qkv_proj.weight)
-        ref.self_attn.in_proj_bias.copy_(block.self_attn.qkv_proj.bias)
         ref.self_attn.out_proj.weight.copy_(block.self_attn.o_proj.weight)
-        ref.self_attn.out_proj.bias.copy_(block.self_attn.o_proj.bias)
+        if ref.self_attn.in_proj_bias is not None:
+            ref.self_attn.in_proj_bias.copy_(block.self_attn.qkv_proj.bias)
+            ref.self_attn.out_proj.bias.copy_(block.self_attn.o_proj.bias)
         ref.linear1.load_state_dict(block.linear_net[0].state_dict())
         ref.linear2.load_state_dict(block.linear_net[3].state_dict())
         ref.norm1.load_state_dict(block.norm1.state_dict())
         ref.norm2.load_state_dict(block.norm2.state_dict())
 
 
-@pytest.mark.parametrize(("norm_first", "activation"), [(False, "relu"), (True, "gelu")])
-def test_encoder_block_equals_torch_layer(norm_first, activation):
+@pytest.mark.parametrize(
+    ("norm_first", "activation", "bias"), [(False, "relu", True), (True, "gelu", True), (True, "gelu", False)]
+)
+def test_encoder_block_equals_torch_layer(norm_first, activation, bias):
     torch.manual_seed(0)
     block = EncoderBlock(
-        32, num_heads=4, dim_feedforward=64, norm_first=norm_first, activation=activation
+        32, num_heads=4, dim_feedforward=64, norm_first=norm_first, activation=activation, bias=bias
     ).eval()
     ref = torch.nn.TransformerEncoderLayer(
-        32, 4, 64, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+        32, 4, 64, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first, bias=bias
     ).eval()
     _copy_block_to_torch(block, ref)
     x = torch.randn(3, 10, 32)
@@ -43,6 +46,17 @@ def test_encoder_block_parameter_count_by_hand():
     norms = 2 * (2 * d)  # two LayerNorms, gain and bias each
     block = EncoderBlock(input_dim=d, num_heads=4, dim_feedforward=ff)
     assert sum(p.numel() for p in block.parameters()) == attention + mlp + norms == 81_100
+    without_bias = EncoderBlock(input_dim=d, num_heads=4, dim_feedforward=ff, bias=False)
+    assert sum(p.numel() for p in without_bias.parameters()) == 3 * d * d + d * d + 2 * d * ff + 2 * d
+
+
+def test_decoder_without_biases_has_none():
+    model = TransformerPredictor(
+        vocab_size=12, num_classes=12, model_dim=16, num_heads=2, num_layers=2, norm_first=True,
+        causal=True, output_mlp=False, tie_embeddings=True, bias=False,
+    )  # fmt: skip
+    assert not [name for name, _ in model.named_parameters() if name.endswith("bias")]
+    assert TransformerPredictor(vocab_size=12, num_classes=12).transformer.layers[0].norm1.bias is not None
 
 
 def test_attention_maps_follow_the_mask_in_every_layer():

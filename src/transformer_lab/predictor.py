@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.nn import KVCache, TransformerEncoder, make_positional_encoding
+from transformer_lab.nn import KVCache, TransformerEncoder, make_dropout, make_positional_encoding
 from transformer_lab.sampling import check_sampling_args, sample_next_token
 from transformer_lab.schedulers import CosineWarmupScheduler
 
@@ -70,7 +70,8 @@ class TransformerPredictor(L.LightningModule):
     """Transformer for per-position classification (encoder) or next-token prediction (decoder).
 
     `vocab_size`, `num_classes`, `vocab` and `block_size` come from the datamodule; the rest from
-    `configs/model/*.yaml`. `dim_feedforward` defaults to `mlp_ratio * model_dim`. `max_iters` (the
+    `configs/model/*.yaml`. `dim_feedforward` defaults to `mlp_ratio * model_dim`. `bias=False` removes
+    the additive biases of every Linear and LayerNorm layer, as nanoGPT does by default. `max_iters` (the
     length of the cosine schedule) defaults to the trainer's number of optimisation steps. `compile=True`
     runs the training and evaluation forward pass through `torch.compile`; `fused_adamw=True` uses the
     single-kernel AdamW on devices that have one.
@@ -94,6 +95,7 @@ class TransformerPredictor(L.LightningModule):
         weight_decay: float = 0.0,
         norm_first: bool = False,
         activation: str = "relu",
+        bias: bool = True,
         positional_encoding: str = "sinusoidal",
         max_len: int = 5000,
         causal: bool = False,
@@ -118,7 +120,7 @@ class TransformerPredictor(L.LightningModule):
         # One-hot input followed by a linear layer is an embedding lookup; Embedding does it without the
         # [B, T, vocab] one-hot tensor.
         self.embedding = nn.Embedding(vocab_size, model_dim)
-        self.input_dropout = nn.Dropout(input_dropout)
+        self.input_dropout = make_dropout(input_dropout)
         self.positional_encoding = make_positional_encoding(positional_encoding, model_dim, max_len)
         self.transformer = TransformerEncoder(
             num_layers=num_layers,
@@ -129,14 +131,15 @@ class TransformerPredictor(L.LightningModule):
             dropout=dropout,
             norm_first=norm_first,
             activation=activation,
+            bias=bias,
         )
-        self.head = nn.Linear(model_dim, num_classes)
+        self.head = nn.Linear(model_dim, num_classes, bias=bias)
         if output_mlp:
             self.output_net = nn.Sequential(
-                nn.Linear(model_dim, model_dim),
-                nn.LayerNorm(model_dim),
+                nn.Linear(model_dim, model_dim, bias=bias),
+                nn.LayerNorm(model_dim, bias=bias),
                 nn.ReLU(inplace=True),
-                nn.Dropout(dropout),
+                make_dropout(dropout),
                 self.head,
             )
         else:

@@ -81,7 +81,9 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
 ARCHITECTURE = (
     "vocab_size", "num_classes", "model_dim", "num_heads", "num_layers", "dim_feedforward", "mlp_ratio",
     "positional_encoding", "max_len", "causal", "output_mlp", "tie_embeddings", "norm_first", "activation",
+    "bias",
 )  # fmt: skip
+ARCHITECTURE_DEFAULTS = {"bias": True}  # the value of a key added after checkpoints were written
 # Configs may instantiate classes from these packages only.
 ALLOWED_TARGETS = ("transformer_lab.", "lightning.pytorch.", "torch.")
 
@@ -140,6 +142,7 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
 def check_resumable(ckpt_path: str, model: L.LightningModule) -> None:
     """Read the checkpoint safely (weights_only) and check it fits the configured model and data."""
     saved = read_checkpoint(ckpt_path)["hyper_parameters"]
+    saved = {**ARCHITECTURE_DEFAULTS, **saved}  # checkpoints older than a hyperparameter lack it
     diffs = [
         f"{k}={saved.get(k)!r} (config: {model.hparams[k]!r})"
         for k in ARCHITECTURE

@@ -7,7 +7,7 @@ from transformer_lab.nn.attention import (
     expand_mask,
     scaled_dot_product,
 )
-from transformer_lab.nn.blocks import EncoderBlock, TransformerDecoder, TransformerEncoder
+from transformer_lab.nn.blocks import EncoderBlock, TransformerDecoder, TransformerEncoder, make_dropout
 from transformer_lab.nn.positional import (
     LearnedPositionalEncoding,
     NoPositionalEncoding,
@@ -26,6 +26,7 @@ __all__ = [
     "TransformerEncoder",
     "causal_mask",
     "expand_mask",
+    "make_dropout",
     "make_positional_encoding",
     "scaled_dot_product",
 ]

@@ -79,13 +79,14 @@ class KVCache:
         return self.k.size(2)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        end = self.length + k.size(2)
+        new = k.size(2)
+        end = self.length + new
         if end > self.max_len:
             raise RuntimeError(f"KV cache overflow: {end} positions > capacity {self.max_len}")
-        self.k[:, :, self.length : end] = k
-        self.v[:, :, self.length : end] = v
+        self.k.narrow(2, self.length, new).copy_(k)  # narrow/copy_: cheaper to dispatch than slice-assign
+        self.v.narrow(2, self.length, new).copy_(v)
         self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
+        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
 
 
 class MultiheadAttention(nn.Module):
@@ -93,26 +94,26 @@ class MultiheadAttention(nn.Module):
 
     One fused linear layer computes Q, K and V for all heads. Its output is laid out [q | k | v], each
     [head_1 | ... | head_h], which is exactly `torch.nn.MultiheadAttention.in_proj_weight`, so weights
-    transfer between the two (a test checks they agree).
+    transfer between the two (a test checks they agree). `bias=False` drops the projections' biases.
     """
 
-    def __init__(self, input_dim: int, embed_dim: int, num_heads: int):
+    def __init__(self, input_dim: int, embed_dim: int, num_heads: int, bias: bool = True):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
-        self.qkv_proj = nn.Linear(input_dim, 3 * embed_dim)
-        self.o_proj = nn.Linear(embed_dim, embed_dim)
+        self.qkv_proj = nn.Linear(input_dim, 3 * embed_dim, bias=bias)
+        self.o_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:
         """Xavier-uniform weights and zero biases, as in the original Transformer implementation."""
-        nn.init.xavier_uniform_(self.qkv_proj.weight)
-        nn.init.zeros_(self.qkv_proj.bias)
-        nn.init.xavier_uniform_(self.o_proj.weight)
-        nn.init.zeros_(self.o_proj.bias)
+        for proj in (self.qkv_proj, self.o_proj):
+            nn.init.xavier_uniform_(proj.weight)
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
 
     def forward(
         self,

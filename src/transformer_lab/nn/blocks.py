@@ -11,12 +11,19 @@ from transformer_lab.nn.attention import KVCache, MultiheadAttention
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
+def make_dropout(p: float) -> nn.Module:
+    """Dropout(p), or Identity when p == 0: same function, without a call per use (it adds up when
+    generating one token at a time)."""
+    return nn.Dropout(p) if p > 0 else nn.Identity()
+
+
 class EncoderBlock(nn.Module):
     """Self-attention then a position-wise MLP, each wrapped in a residual connection and LayerNorm.
 
     Post-norm (the original Transformer, `norm_first=False`):  x = LN(x + Attn(x)); x = LN(x + MLP(x)).
     Pre-norm (GPT-2 and later, `norm_first=True`):             x = x + Attn(LN(x)); x = x + MLP(LN(x)).
     Pre-norm keeps an identity path from input to output and trains deep stacks without careful warmup.
+    `bias=False` drops the additive biases of every Linear and LayerNorm (nanoGPT's default).
     """
 
     def __init__(
@@ -27,21 +34,22 @@ class EncoderBlock(nn.Module):
         dropout: float = 0.0,
         norm_first: bool = False,
         activation: str = "relu",
+        bias: bool = True,
     ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"model.activation={activation!r} is unknown; use one of {sorted(ACTIVATIONS)}")
         self.norm_first = norm_first
-        self.self_attn = MultiheadAttention(input_dim, input_dim, num_heads)
+        self.self_attn = MultiheadAttention(input_dim, input_dim, num_heads, bias=bias)
         self.linear_net = nn.Sequential(
-            nn.Linear(input_dim, dim_feedforward),
+            nn.Linear(input_dim, dim_feedforward, bias=bias),
             ACTIVATIONS[activation](),
-            nn.Dropout(dropout),
-            nn.Linear(dim_feedforward, input_dim),
+            make_dropout(dropout),
+            nn.Linear(dim_feedforward, input_dim, bias=bias),
         )
-        self.norm1 = nn.LayerNorm(input_dim)
-        self.norm2 = nn.LayerNorm(input_dim)
-        self.dropout = nn.Dropout(dropout)
+        self.norm1 = nn.LayerNorm(input_dim, bias=bias)
+        self.norm2 = nn.LayerNorm(input_dim, bias=bias)
+        self.dropout = make_dropout(dropout)
 
     def forward(
         self,
@@ -74,8 +82,8 @@ class TransformerEncoder(nn.Module):
         super().__init__()
         self.causal = causal
         self.layers = nn.ModuleList([EncoderBlock(**block_args) for _ in range(num_layers)])
-        norm_first = block_args.get("norm_first", False)
-        self.final_norm = nn.LayerNorm(block_args["input_dim"]) if norm_first else nn.Identity()
+        norm_first, bias = block_args.get("norm_first", False), block_args.get("bias", True)
+        self.final_norm = nn.LayerNorm(block_args["input_dim"], bias=bias) if norm_first else nn.Identity()
 
     def forward(
         self,

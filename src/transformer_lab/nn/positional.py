@@ -48,8 +48,7 @@ class LearnedPositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         _check_fits(x.size(1), offset, self.embedding.num_embeddings)
-        positions = torch.arange(offset, offset + x.size(1), device=x.device)
-        return x + self.embedding(positions)
+        return x + self.embedding.weight[offset : offset + x.size(1)]  # rows offset.. of P: a view, no lookup
 
 
 class NoPositionalEncoding(nn.Module):
