@@ -73,7 +73,7 @@ class Mode:
     reverse_overrides: tuple[str, ...]
 
 
-FULL = Mode(2, 12, 25, 500, 5, 1024, ())
+FULL = Mode(2, 20, 25, 500, 5, 1024, ())
 QUICK = Mode(1, 2, 5, 60, 1, 512, ("experiment=reverse_tiny", "callbacks.progress_bar.refresh_rate=0"))
 
 PHASES = ("training", "generation", "reverse")
