@@ -6,10 +6,12 @@ import math
 import pytest
 import torch
 from hydra.errors import HydraException
+from lightning.pytorch.callbacks import ModelCheckpoint
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.conftest import TINY_REVERSE, compose_train_config, run_cli
 from transformer_lab import ConfigError
+from transformer_lab.callbacks import BestCheckpoint
 from transformer_lab.train import train
 
 
@@ -42,6 +44,9 @@ def test_run_directory_holds_checkpoints_metrics_and_tensorboard(train_config, t
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 16  # the newest state, not the newest best
     assert last["hyper_parameters"]["vocab"] == [str(i) for i in range(10)]
+    best = BestCheckpoint(monitor="val/acc", mode="max")
+    assert best.state_key == ModelCheckpoint.state_key.fget(best)  # the cached key is Lightning's own
+    assert last["callbacks"][best.state_key]["best_model_path"] == saved["best_ckpt_path"]
 
     scalars = _scalars(tmp_path)
     for tag in ("train/loss", "train/acc", "val/loss", "val/acc", "val/seq_acc", "test/acc", "train/lr"):

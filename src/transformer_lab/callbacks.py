@@ -1,5 +1,7 @@
 """Lightning callbacks."""
 
+from functools import cached_property
+
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
@@ -18,6 +20,12 @@ class BestCheckpoint(ModelCheckpoint):
     model keeps improving (its loss keeps falling). The stock callback keeps the first checkpoint to reach
     the best value; this one keeps the latest.
     """
+
+    @cached_property
+    def state_key(self) -> str:
+        """Lightning rebuilds this key (the repr of a dict of settings) on every hook call, about ten times
+        per training step; the settings are fixed once constructed, so build it once."""
+        return super().state_key
 
     def check_monitor_top_k(self, trainer: L.Trainer, current: Tensor | None = None) -> bool:
         if current is not None and self.save_top_k == 1 and self.best_k_models:
