@@ -12,8 +12,8 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
 
 def make_dropout(p: float) -> nn.Module:
-    """Dropout(p), or Identity when p == 0: same function, without a call per use (it adds up when
-    generating one token at a time)."""
+    """Dropout(p), or Identity when p == 0: the same function, cheaper to call (Dropout checks its
+    arguments on every call, which adds up when generating one token at a time)."""
     return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
