@@ -3,6 +3,7 @@
 `python train.py [overrides]` calls `main`; tests call `train(cfg)` with a config from Hydra's compose API.
 """
 
+import inspect
 import json
 import logging
 import os
@@ -83,7 +84,6 @@ ARCHITECTURE = (
     "positional_encoding", "max_len", "causal", "output_mlp", "tie_embeddings", "norm_first", "activation",
     "bias",
 )  # fmt: skip
-ARCHITECTURE_DEFAULTS = {"bias": True}  # the value of a key added after checkpoints were written
 # Configs may instantiate classes from these packages only.
 ALLOWED_TARGETS = ("transformer_lab.", "lightning.pytorch.", "torch.")
 
@@ -142,11 +142,11 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
 def check_resumable(ckpt_path: str, model: L.LightningModule) -> None:
     """Read the checkpoint safely (weights_only) and check it fits the configured model and data."""
     saved = read_checkpoint(ckpt_path)["hyper_parameters"]
-    saved = {**ARCHITECTURE_DEFAULTS, **saved}  # checkpoints older than a hyperparameter lack it
+    # A checkpoint older than a hyperparameter lacks it; loading it gives the constructor's default.
+    defaults = {k: p.default for k, p in inspect.signature(type(model)).parameters.items()}
+    architecture = {k: saved.get(k, defaults.get(k)) for k in ARCHITECTURE}
     diffs = [
-        f"{k}={saved.get(k)!r} (config: {model.hparams[k]!r})"
-        for k in ARCHITECTURE
-        if saved.get(k) != model.hparams[k]
+        f"{k}={v!r} (config: {model.hparams[k]!r})" for k, v in architecture.items() if v != model.hparams[k]
     ]
     require(
         not diffs,
