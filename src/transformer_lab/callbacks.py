@@ -100,6 +100,14 @@ class FiniteLossCheck(L.Callback):
             )
 
 
+def _tensorboard_logger_due(trainer: L.Trainer, every_n_epochs: int) -> TensorBoardLogger | None:
+    """The run's TensorBoard logger if a figure or sample is due after this validation: on rank 0, not in
+    the sanity check, every `every_n_epochs`-th epoch. None otherwise (or when there is no such logger)."""
+    if trainer.sanity_checking or not trainer.is_global_zero or trainer.current_epoch % every_n_epochs:
+        return None
+    return next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+
+
 class AttentionMapCallback(L.Callback):
     """Log the attention grid (rows = layers, columns = heads) of one fixed validation example to
     TensorBoard as the image `attention/val_example`, after every `every_n_epochs`-th validation.
@@ -119,14 +127,8 @@ class AttentionMapCallback(L.Callback):
         self._example: Tensor | None = None
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        logger = next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
-        skip = (
-            logger is None
-            or trainer.datamodule is None
-            or trainer.sanity_checking
-            or not trainer.is_global_zero
-        )
-        if skip or trainer.current_epoch % self.every_n_epochs:
+        logger = _tensorboard_logger_due(trainer, self.every_n_epochs)
+        if logger is None or trainer.datamodule is None:
             return
         if self._example is None:
             x, _ = next(iter(trainer.datamodule.val_dataloader()))
@@ -172,15 +174,9 @@ class TextSampleCallback(L.Callback):
         self.seed = seed
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        logger = next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+        logger = _tensorboard_logger_due(trainer, self.every_n_epochs)
         vocab = pl_module.hparams.get("vocab")
-        skip = logger is None or trainer.sanity_checking or not trainer.is_global_zero
-        if (
-            skip
-            or not pl_module.hparams.get("causal")
-            or vocab is None
-            or trainer.current_epoch % self.every_n_epochs
-        ):
+        if logger is None or not pl_module.hparams.get("causal") or vocab is None:
             return
         tokenizer = CharTokenizer(vocab)
         idx = tokenizer.encode(self.prompt).unsqueeze(0).to(pl_module.device)
