@@ -1,4 +1,5 @@
-"""Shared helpers: compose the real Hydra config with tiny sizes, and run the CLI in a subprocess."""
+"""Shared helpers: compose the real Hydra config with tiny sizes, build a tiny GPT-style decoder, and run
+the CLI in a subprocess."""
 
 import importlib.util
 import os
@@ -12,6 +13,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from transformer_lab import TransformerPredictor
 from transformer_lab.train import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +29,28 @@ TINY_REVERSE = [
     "trainer.max_epochs=1",
     *COMMON,
 ]
+
+
+def gpt_decoder(vocab_size: int, block_size: int = 16, **overrides: object) -> TransformerPredictor:
+    """A tiny causal decoder with `configs/model/decoder.yaml`'s architecture (pre-norm, GELU MLP of 4 d,
+    learned positions, tied embeddings); sizes and anything else by keyword."""
+    settings = dict(
+        vocab_size=vocab_size,
+        num_classes=vocab_size,
+        model_dim=32,
+        num_heads=2,
+        num_layers=2,
+        mlp_ratio=4,
+        norm_first=True,
+        activation="gelu",
+        positional_encoding="learned",
+        max_len=block_size,
+        causal=True,
+        output_mlp=False,
+        tie_embeddings=True,
+        block_size=block_size,
+    )
+    return TransformerPredictor(**(settings | overrides))
 
 
 def compose_train_config(run_dir: Path, *overrides: str, base: list[str] = TINY_REVERSE) -> DictConfig:

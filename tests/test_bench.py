@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tests.conftest import COMMON, compose_train_config, load_script, run_cli
+from tests.conftest import COMMON, compose_train_config, gpt_decoder, load_script, run_cli
 from transformer_lab import TransformerPredictor
 from transformer_lab.train import train
 
@@ -24,24 +24,7 @@ FIGURES = (
     "peak_rss_mb",
 )
 
-DECODER = dict(
-    vocab_size=65,
-    num_classes=65,
-    model_dim=32,
-    num_heads=2,
-    num_layers=2,
-    mlp_ratio=4,
-    max_iters=10,
-    weight_decay=0.1,
-    norm_first=True,
-    activation="gelu",
-    positional_encoding="learned",
-    max_len=16,
-    causal=True,
-    output_mlp=False,
-    tie_embeddings=True,
-    block_size=16,
-)
+DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +56,14 @@ def test_flops_per_token_follows_nanogpt(bench):
     # nanoGPT's shakespeare_cpu sizes: N = 12 L d^2 + vocab x d (tied head) without biases.
     n = 12 * 4 * 128**2 + 65 * 128
     assert bench.train_flops_per_token(n, 4, 128, 64) == 6 * n + 12 * 4 * 128 * 64
-    model = TransformerPredictor(**DECODER)
+    model = gpt_decoder(65, **DECODER)
     positions = model.positional_encoding.embedding.weight.numel()
     assert bench.counted_params(model) == sum(p.numel() for p in model.parameters()) - positions
 
 
 def test_fused_adamw_on_cpu_and_optional():
-    assert TransformerPredictor(**DECODER).configure_optimizers()["optimizer"].defaults["fused"]
-    plain = TransformerPredictor(**DECODER, fused_adamw=False).configure_optimizers()["optimizer"]
+    assert gpt_decoder(65, **DECODER).configure_optimizers()["optimizer"].defaults["fused"]
+    plain = gpt_decoder(65, **DECODER, fused_adamw=False).configure_optimizers()["optimizer"]
     assert not plain.defaults["fused"]
 
 
@@ -101,7 +84,7 @@ def test_training_metrics_are_computed_only_when_written(tmp_path, monkeypatch):
 
 
 def test_generate_returns_an_ordinary_tensor():
-    model = TransformerPredictor(**DECODER)
+    model = gpt_decoder(65, **DECODER)
     start = torch.zeros((1, 1), dtype=torch.long)
     out = model.generate(start, 20, generator=torch.Generator().manual_seed(0))
     assert out.shape == (1, 21) and not out.is_inference() and model.training

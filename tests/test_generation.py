@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.conftest import gpt_decoder
 from transformer_lab import ConfigError, TransformerPredictor
 from transformer_lab.sampling import sample_next_token
 
@@ -11,22 +12,7 @@ def _decoder(
     block_size: int = 16, positional_encoding: str = "learned", seed: int = 0
 ) -> TransformerPredictor:
     torch.manual_seed(seed)
-    return TransformerPredictor(
-        vocab_size=11,
-        num_classes=11,
-        model_dim=32,
-        num_heads=4,
-        num_layers=2,
-        mlp_ratio=4,
-        norm_first=True,
-        activation="gelu",
-        positional_encoding=positional_encoding,
-        max_len=block_size,
-        causal=True,
-        output_mlp=False,
-        tie_embeddings=True,
-        block_size=block_size,
-    ).eval()
+    return gpt_decoder(11, block_size, num_heads=4, positional_encoding=positional_encoding).eval()
 
 
 def test_changing_later_tokens_leaves_earlier_outputs_unchanged():

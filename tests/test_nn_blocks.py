@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from tests.conftest import gpt_decoder
 from transformer_lab import TransformerPredictor
 from transformer_lab.nn import EncoderBlock, PositionalEncoding, TransformerEncoder
 
@@ -51,10 +52,7 @@ def test_encoder_block_parameter_count_by_hand():
 
 
 def test_decoder_without_biases_has_none():
-    model = TransformerPredictor(
-        vocab_size=12, num_classes=12, model_dim=16, num_heads=2, num_layers=2, norm_first=True,
-        causal=True, output_mlp=False, tie_embeddings=True, bias=False,
-    )  # fmt: skip
+    model = gpt_decoder(12, bias=False)
     assert not [name for name, _ in model.named_parameters() if name.endswith("bias")]
     assert TransformerPredictor(vocab_size=12, num_classes=12).transformer.layers[0].norm1.bias is not None
 
