@@ -116,6 +116,49 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, mo
     assert all(torch.isfinite(t).all() for t in last["state_dict"].values())
 
 
+@pytest.mark.filterwarnings("ignore:The number of training batches")
+def test_nan_loss_is_read_lazily_and_reported_at_its_first_step(tmp_path, monkeypatch):
+    # No host read of the loss on ordinary steps (a GPU sync): with no step checkpoint and no logging
+    # step before it, the divergence at step 4 is found when validation starts, after step 8.
+    original = TransformerPredictor.training_step
+    steps_run = []
+
+    def diverging(self, batch, batch_idx):
+        steps_run.append(self.global_step)
+        loss = original(self, batch, batch_idx)
+        return loss * float("inf") if self.global_step >= 3 else loss
+
+    monkeypatch.setattr(TransformerPredictor, "training_step", diverging)
+    cfg = compose_train_config(
+        tmp_path, "callbacks.last_checkpoint.every_n_train_steps=null", "trainer.log_every_n_steps=100"
+    )
+    with pytest.raises(TrainingDiverged, match=r"the loss became inf at step 4; "):
+        train(cfg)
+    assert steps_run == list(range(8))
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()  # nothing saved after step 4
+
+
+@pytest.mark.filterwarnings("ignore:The number of training batches")
+def test_a_crash_after_an_unread_divergence_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    original = TransformerPredictor.training_step
+
+    def diverging_then_crashing(self, batch, batch_idx):
+        if self.global_step == 5:
+            raise RuntimeError("simulated crash")
+        loss = original(self, batch, batch_idx)
+        return loss * float("nan") if self.global_step >= 3 else loss
+
+    monkeypatch.setattr(TransformerPredictor, "training_step", diverging_then_crashing)
+    cfg = compose_train_config(
+        tmp_path, "callbacks.last_checkpoint.every_n_train_steps=3", "trainer.log_every_n_steps=100"
+    )
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train(cfg)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 3
+    assert all(torch.isfinite(t).all() for t in last["state_dict"].values())
+
+
 def test_resume_from_a_run_directory_and_auto(tmp_path):
     log_dir = tmp_path / "runs"
     first = log_dir / "reverse" / "first"

@@ -60,8 +60,12 @@ class LastCheckpoint(Checkpoint):
         trainer.save_checkpoint(self.path)
         self._saved_step = trainer.global_step
 
+    def due(self, trainer: L.Trainer) -> bool:
+        """Whether this training step is one that saves `last.ckpt`."""
+        return bool(self.every_n_train_steps) and trainer.global_step % self.every_n_train_steps == 0
+
     def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
-        if self.every_n_train_steps and trainer.global_step % self.every_n_train_steps == 0:
+        if self.due(trainer):
             self._save(trainer)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -76,6 +80,8 @@ class LastCheckpoint(Checkpoint):
     ) -> None:
         if isinstance(exception, TrainingDiverged) or trainer.state.fn != "fit" or trainer.global_step == 0:
             return
+        if not all(torch.isfinite(p).all() for p in pl_module.parameters()):
+            return  # diverged since FiniteLossCheck last looked: keep the last good state
         self._save(trainer)
         if trainer.is_global_zero:
             print(f"Saved {self.path} at step {trainer.global_step}; resume with ckpt_path={self.path}")
@@ -84,18 +90,49 @@ class LastCheckpoint(Checkpoint):
 class FiniteLossCheck(L.Callback):
     """Stop training with a clear message when the training loss becomes NaN or infinite.
 
-    Runs before the checkpoint callbacks, so the diverged weights are never saved: `last.ckpt` keeps the
-    last good state. One scalar check per step (a host sync on GPU, which the progress bar makes anyway).
+    Reading a GPU tensor on the host waits for the GPU to finish all queued work (a host-device sync), so
+    the loss is not read every step. Each step records, on the loss's device, the first step whose loss
+    was not finite and that loss; the record is read only where the host reads values anyway or must
+    know before writing: on the steps Lightning logs (every `trainer.log_every_n_steps`), on the steps
+    `LastCheckpoint` saves, before validation and at the end of training. These hooks run before the
+    checkpoint callbacks', so diverged weights are never saved: `last.ckpt` keeps the last good state.
     """
+
+    def __init__(self) -> None:
+        self._bad_step: Tensor | None = None  # first step with a non-finite loss (-1: none yet)
+        self._bad_loss: Tensor | None = None  # the loss at that step
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._bad_step = torch.tensor(-1, device=pl_module.device)
+        self._bad_loss = torch.tensor(0.0, device=pl_module.device)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, *args: object
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if loss is not None and not torch.isfinite(loss):
+        if loss is not None:  # device-side bookkeeping only: no host sync
+            first = ~torch.isfinite(loss.detach()) & (self._bad_step < 0)
+            self._bad_step = torch.where(first, trainer.global_step, self._bad_step)
+            self._bad_loss = torch.where(first, loss.detach().float(), self._bad_loss)
+        saves = any(isinstance(c, LastCheckpoint) and c.due(trainer) for c in trainer.checkpoint_callbacks)
+        if trainer._logger_connector.should_update_logs or saves:
+            self._stop_if_diverged(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit":
+            self._stop_if_diverged(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_diverged(trainer)
+
+    def _stop_if_diverged(self, trainer: L.Trainer) -> None:
+        if self._bad_step is None:
+            return
+        step = int(self._bad_step)  # the one host read
+        if step >= 0:
             last = next((c.path for c in trainer.checkpoint_callbacks if isinstance(c, LastCheckpoint)), None)
             raise TrainingDiverged(
-                f"training stopped: the loss became {loss.item()} at step {trainer.global_step}; "
+                f"training stopped: the loss became {self._bad_loss.item()} at step {step}; "
                 f"last good checkpoint: {last or 'none'}; lower model.lr or set trainer.gradient_clip_val"
             )
 

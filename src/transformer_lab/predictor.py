@@ -150,7 +150,9 @@ class TransformerPredictor(L.LightningModule):
             nn.init.normal_(self.embedding.weight, std=0.02)
             self.head.weight = self.embedding.weight
         if "ppl" in h.metrics:  # exp(mean loss) over the epoch, not the mean of per-batch exp(loss)
-            self.val_loss_mean, self.test_loss_mean = MeanMetric(), MeanMetric()
+            # nan_strategy="disable": no NaN test per update (a host-device sync); a NaN loss gives NaN ppl
+            self.val_loss_mean = MeanMetric(nan_strategy="disable")
+            self.test_loss_mean = MeanMetric(nan_strategy="disable")
         self._compiled_loss = None  # set by configure_model when compile=True
 
     # ----------------------------------------------------------------------------------------- model
