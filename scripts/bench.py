@@ -8,7 +8,8 @@
 
 Everything runs in one process. The training contenders take turns in short chunks of steps (round
 robin), and each figure is the median over rounds, so a machine that other jobs slow down slows every
-contender alike and the ratios stay fair.
+contender alike and the ratios stay fair. For the figures with targets, the table and the JSON
+(`<key>_quartiles`) also give the middle half of the rounds: how far the median could move by chance.
 
 1. Training throughput (tokens/s) of `experiment=shakespeare_cpu` (block 64, batch 12, 4 layers, 4 heads,
    128 dims): the project's Lightning Trainer (its callbacks, TensorBoard logger and progress bar; no
@@ -89,6 +90,14 @@ TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the ful
 
 def progress(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def quartiles(values: list[float]) -> list[float]:
+    """[first, third] quartile: the middle half of the rounds, to judge a median against a target."""
+    if len(values) < 2:
+        return [values[0], values[0]]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return [q1, q3]
 
 
 def compose_config(overrides: list[str], output_dir: Path) -> DictConfig:
@@ -363,7 +372,12 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
     peaks = timer.measured("peak")
     h = model.hparams
     flops = train_flops_per_token(counted_params(model), h.num_layers, h.model_dim, datamodule.block_size)
-    ratio = lambda a, b: statistics.median(x / y for x, y in zip(rates[a], rates[b], strict=True))  # noqa: E731
+    by_round = lambda a, b: [x / y for x, y in zip(rates[a], rates[b], strict=True)]  # noqa: E731
+    per_round = {  # one value per round, each from that round's own measurements
+        "lightning_over_bare": by_round("lightning", "bare"),
+        "lightning_over_reference": by_round("lightning", "reference"),
+        "mfu": [r * flops / p for r, p in zip(rates["lightning"], peaks, strict=True)],
+    }
     mfu = lambda name, f: statistics.median(r * f / p for r, p in zip(rates[name], peaks, strict=True))  # noqa: E731
     results = {
         "device": str(device),
@@ -371,11 +385,10 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
         "bare_tokens_per_s": statistics.median(rates["bare"]),
         "lightning_tokens_per_s": statistics.median(rates["lightning"]),
         "reference_tokens_per_s": statistics.median(rates["reference"]),
-        "lightning_over_bare": ratio("lightning", "bare"),
-        "lightning_over_reference": ratio("lightning", "reference"),
+        **{key: statistics.median(values) for key, values in per_round.items()},
+        **{f"{key}_quartiles": quartiles(values) for key, values in per_round.items()},
         "flops_per_token": flops,
         "peak_gflops": statistics.median(peaks) / 1e9,
-        "mfu": mfu("lightning", flops),
         "bare_mfu": mfu("bare", flops),
         "reference_mfu": mfu("reference", reference.flops_per_token()),
         "peak_rss_mb": peak_mb,
@@ -384,10 +397,12 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
 
 
 # ------------------------------------------------------------------------------------- generation
-def generation_rates(model: TransformerPredictor, new_tokens: int, rounds: int) -> tuple[float, float, float]:
+def generation_rates(
+    model: TransformerPredictor, new_tokens: int, rounds: int
+) -> tuple[float, float, list[float]]:
     """Tokens/s of `model.generate` from one token without and with the KV cache (medians of `rounds`),
-    and the speed-up: the median of the rounds' ratios, as for training, so drift in the machine's speed
-    between rounds cancels."""
+    and each round's speed-up (cached over uncached tokens/s in that round, so drift in the machine's
+    speed between rounds cancels)."""
     device = model.device
     idx = torch.zeros((1, 1), dtype=torch.long, device=device)
     rates: dict[bool, list[float]] = {False: [], True: []}
@@ -396,27 +411,29 @@ def generation_rates(model: TransformerPredictor, new_tokens: int, rounds: int) 
             generator = torch.Generator(device=device).manual_seed(0)
             run = lambda c=use_cache, g=generator: model.generate(idx, new_tokens, use_cache=c, generator=g)  # noqa: E731
             rates[use_cache].append(new_tokens / timed(device, run))
-    speedup = statistics.median(c / n for c, n in zip(rates[True], rates[False], strict=True))
-    return statistics.median(rates[False]), statistics.median(rates[True]), speedup
+    speedups = [c / n for c, n in zip(rates[True], rates[False], strict=True)]
+    return statistics.median(rates[False]), statistics.median(rates[True]), speedups
 
 
 def bench_generation(mode: Mode, model: TransformerPredictor) -> dict:
     """Phase 3: the trained shakespeare_cpu model (block 64), and the same sizes at block 256."""
     progress(f"generation: {mode.new_tokens} new tokens at block {model.block_size}")
     generation_rates(model, 8, 1)  # warm-up
-    nocache, cache, speedup = generation_rates(model, mode.new_tokens, mode.gen_rounds)
+    nocache, cache, speedups = generation_rates(model, mode.new_tokens, mode.gen_rounds)
     h = dict(model.hparams)
     h.update(max_len=256, block_size=256)
     long_model = TransformerPredictor(**h).to(model.device)
     progress(f"generation: {mode.new_tokens} new tokens at block 256")
-    nocache_256, cache_256, speedup_256 = generation_rates(long_model, mode.new_tokens, mode.gen_rounds)
+    nocache_256, cache_256, speedups_256 = generation_rates(long_model, mode.new_tokens, mode.gen_rounds)
     return {
         "gen_tokens_per_s_nocache": nocache,
         "gen_tokens_per_s_cache": cache,
-        "kv_speedup": speedup,
+        "kv_speedup": statistics.median(speedups),
+        "kv_speedup_quartiles": quartiles(speedups),
         "gen_tokens_per_s_nocache_block256": nocache_256,
         "gen_tokens_per_s_cache_block256": cache_256,
-        "kv_speedup_block256": speedup_256,
+        "kv_speedup_block256": statistics.median(speedups_256),
+        "kv_speedup_block256_quartiles": quartiles(speedups_256),
     }
 
 
@@ -461,16 +478,19 @@ ROWS = [  # (figure, format of the value, the results keys it shows; the first o
 
 
 def table(results: dict, check_targets: bool) -> str:
-    """The measured figures as a Markdown table, with the issue's targets and whether they are met."""
-    lines = ["| figure | value | target |", "|---|---|---|"]
+    """The measured figures as a Markdown table, with the middle half of the rounds where a figure is a
+    median over rounds, and the issue's targets and whether the median meets them."""
+    lines = ["| figure | value | middle half of rounds | target |", "|---|---|---|---|"]
     for name, fmt, keys in ROWS:
         if keys[0] not in results:  # its phase did not run
             continue
+        spread = results.get(f"{keys[0]}_quartiles")
+        spread = " - ".join(fmt.format(q) for q in spread) if spread else ""
         target = ""
         if check_targets and keys[0] in TARGETS:
             op, threshold = TARGETS[keys[0]]
             target = f"{op} {threshold:g}: {'met' if results[keys[0]] >= threshold else 'NOT met'}"
-        lines.append(f"| {name} | {fmt.format(*(results[k] for k in keys))} | {target} |")
+        lines.append(f"| {name} | {fmt.format(*(results[k] for k in keys))} | {spread} | {target} |")
     return "\n".join(lines)
 
 
