@@ -40,6 +40,10 @@ def test_quick_benchmark_produces_every_figure(tmp_path):
     for key in FIGURES:
         assert figures[key] > 0, key
     assert figures["reference_tokens_per_s"] > 0 and 0 <= figures["reverse_test_acc"] <= 1
+    medians = ("lightning_over_bare", "lightning_over_reference", "mfu", "kv_speedup", "kv_speedup_block256")
+    for key in medians:
+        first, third = figures[f"{key}_quartiles"]  # the middle half of the rounds brackets the median
+        assert 0 < first <= figures[key] <= third, key
     assert "| Lightning / bare loop |" in result.stdout
     for phase in ("training", "generation", "reverse"):
         assert f"[bench] {phase}" in result.stderr
