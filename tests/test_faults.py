@@ -117,25 +117,25 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, mo
 
 
 @pytest.mark.filterwarnings("ignore:The number of training batches")
-def test_nan_loss_is_read_lazily_and_reported_at_its_first_step(tmp_path, monkeypatch):
+def test_a_non_finite_loss_is_read_lazily_and_reported_with_its_steps(tmp_path, monkeypatch):
     # No host read of the loss on ordinary steps (a GPU sync): with no step checkpoint and no logging
-    # step before it, the divergence at step 4 is found when validation starts, after step 8.
+    # step before it, the divergence from step 4 on is found when validation starts, after step 8.
     original = TransformerPredictor.training_step
     steps_run = []
 
     def diverging(self, batch, batch_idx):
         steps_run.append(self.global_step)
         loss = original(self, batch, batch_idx)
-        return loss * float("inf") if self.global_step >= 3 else loss
+        return loss * float("inf") if self.global_step >= 3 else loss  # then NaN weights, NaN losses
 
     monkeypatch.setattr(TransformerPredictor, "training_step", diverging)
     cfg = compose_train_config(
         tmp_path, "callbacks.last_checkpoint.every_n_train_steps=null", "trainer.log_every_n_steps=100"
     )
-    with pytest.raises(TrainingDiverged, match=r"the loss became inf at step 4; "):
+    with pytest.raises(TrainingDiverged, match=r"the loss became nan between step 1 and step 8; "):
         train(cfg)
     assert steps_run == list(range(8))
-    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()  # nothing saved after step 4
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()  # nothing saved after it diverged
 
 
 @pytest.mark.filterwarnings("ignore:The number of training batches")

@@ -1,5 +1,6 @@
 """Lightning callbacks."""
 
+import math
 from functools import cached_property
 
 import lightning as L
@@ -91,31 +92,33 @@ class FiniteLossCheck(L.Callback):
     """Stop training with a clear message when the training loss becomes NaN or infinite.
 
     Reading a GPU tensor on the host waits for the GPU to finish all queued work (a host-device sync), so
-    the loss is not read every step. Each step records, on the loss's device, the first step whose loss
-    was not finite and that loss; the record is read only where the host reads values anyway or must
-    know before writing: on the steps Lightning logs (every `trainer.log_every_n_steps`), on the steps
-    `LastCheckpoint` saves, before validation and at the end of training. These hooks run before the
-    checkpoint callbacks', so diverged weights are never saved: `last.ckpt` keeps the last good state.
+    the loss is not read every step. Each step adds it to a running sum on its device (NaN and inf survive
+    a sum, so the sum is finite exactly when every loss in it was). The sum is read only where the host
+    reads values anyway or must know before writing: on the steps Lightning logs (every
+    `trainer.log_every_n_steps`), on the steps `LastCheckpoint` saves, before validation and at the end
+    of training. These hooks run before the checkpoint callbacks', so diverged weights are never saved:
+    `last.ckpt` keeps the last good state.
     """
 
     def __init__(self) -> None:
-        self._bad_step: Tensor | None = None  # first step with a non-finite loss (-1: none yet)
-        self._bad_loss: Tensor | None = None  # the loss at that step
+        self._loss_sum: Tensor | None = None  # training losses since the last read, summed on the device
+        self._checked_step = 0  # the global step at which the sum was last read (and found finite)
+        self._last_checkpoints: list[LastCheckpoint] = []
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._bad_step = torch.tensor(-1, device=pl_module.device)
-        self._bad_loss = torch.tensor(0.0, device=pl_module.device)
+        self._loss_sum = torch.zeros((), device=pl_module.device)
+        self._checked_step = trainer.global_step
+        self._last_checkpoints = [c for c in trainer.checkpoint_callbacks if isinstance(c, LastCheckpoint)]
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, *args: object
     ) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if loss is not None:  # device-side bookkeeping only: no host sync
-            first = ~torch.isfinite(loss.detach()) & (self._bad_step < 0)
-            self._bad_step = torch.where(first, trainer.global_step, self._bad_step)
-            self._bad_loss = torch.where(first, loss.detach().float(), self._bad_loss)
-        saves = any(isinstance(c, LastCheckpoint) and c.due(trainer) for c in trainer.checkpoint_callbacks)
-        if trainer._logger_connector.should_update_logs or saves:
+        if loss is not None:
+            self._loss_sum.add_(loss.detach())  # queued on the device: no host sync
+        if trainer._logger_connector.should_update_logs or any(
+            c.due(trainer) for c in self._last_checkpoints
+        ):
             self._stop_if_diverged(trainer)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -126,15 +129,21 @@ class FiniteLossCheck(L.Callback):
         self._stop_if_diverged(trainer)
 
     def _stop_if_diverged(self, trainer: L.Trainer) -> None:
-        if self._bad_step is None:
+        if self._loss_sum is None:
             return
-        step = int(self._bad_step)  # the one host read
-        if step >= 0:
-            last = next((c.path for c in trainer.checkpoint_callbacks if isinstance(c, LastCheckpoint)), None)
-            raise TrainingDiverged(
-                f"training stopped: the loss became {self._bad_loss.item()} at step {step}; "
-                f"last good checkpoint: {last or 'none'}; lower model.lr or set trainer.gradient_clip_val"
-            )
+        total = self._loss_sum.item()  # the one host read
+        step = trainer.global_step
+        if math.isfinite(total):
+            self._loss_sum.zero_()
+            self._checked_step = step
+            return
+        first = self._checked_step + 1
+        when = f"at step {step}" if first == step else f"between step {first} and step {step}"
+        last = self._last_checkpoints[0].path if self._last_checkpoints else "none"
+        raise TrainingDiverged(
+            f"training stopped: the loss became {total} {when}; "
+            f"last good checkpoint: {last}; lower model.lr or set trainer.gradient_clip_val"
+        )
 
 
 def _tensorboard_logger_due(trainer: L.Trainer, every_n_epochs: int) -> TensorBoardLogger | None:
