@@ -375,12 +375,12 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
     h = model.hparams
     flops = train_flops_per_token(counted_params(model), h.num_layers, h.model_dim, datamodule.block_size)
     by_round = lambda a, b: [x / y for x, y in zip(rates[a], rates[b], strict=True)]  # noqa: E731
+    mfu_by_round = lambda name, f: [r * f / p for r, p in zip(rates[name], peaks, strict=True)]  # noqa: E731
     per_round = {  # one value per round, each from that round's own measurements
         "lightning_over_bare": by_round("lightning", "bare"),
         "lightning_over_reference": by_round("lightning", "reference"),
-        "mfu": [r * flops / p for r, p in zip(rates["lightning"], peaks, strict=True)],
+        "mfu": mfu_by_round("lightning", flops),
     }
-    mfu = lambda name, f: statistics.median(r * f / p for r, p in zip(rates[name], peaks, strict=True))  # noqa: E731
     results = {
         "device": str(device),
         "precision": precision,
@@ -391,8 +391,8 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
         **{f"{key}_quartiles": quartiles(values) for key, values in per_round.items()},
         "flops_per_token": flops,
         "peak_gflops": statistics.median(peaks) / 1e9,
-        "bare_mfu": mfu("bare", flops),
-        "reference_mfu": mfu("reference", reference.flops_per_token()),
+        "bare_mfu": statistics.median(mfu_by_round("bare", flops)),
+        "reference_mfu": statistics.median(mfu_by_round("reference", reference.flops_per_token())),
         "peak_rss_mb": peak_mb,
     }
     return results, model.to(device)  # Lightning moves the model back to the CPU after fit
