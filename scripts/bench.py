@@ -15,7 +15,9 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    128 dims): the project's Lightning Trainer (its callbacks, TensorBoard logger and progress bar; no
    validation) + TransformerPredictor + ShakespeareDataModule, against
    * a bare PyTorch loop training a copy of the same module on batches from the same dataset, with the same
-     optimizer, schedule and gradient clipping, and
+     optimizer, schedule and gradient clipping,
+   * the same bare loop on a copy of the model whose hook points are removed (plain calls instead of
+     identity modules): what the hook points cost when nothing is hooked, and
    * a nanoGPT-style reference: nanoGPT's GPT (no biases) and its CPU training loop (a Python-loop batch
      sampler, the learning rate set by hand each step, `loss.item()` logged every step).
 2. Model FLOPs utilisation: (6 N + 12 L d T) training FLOPs per token x tokens/s over the peak matmul rate,
@@ -40,25 +42,26 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
-from transformer_lab import TransformerPredictor
 from transformer_lab.data.shakespeare import RandomWindowBatches, ShakespeareDataModule
-from transformer_lab.train import CONFIG_DIR, build_trainer, instantiate, train
+from transformer_lab.nn import DecoderLM, HookPoint, build_model
+from transformer_lab.predictor import TransformerPredictor, build_predictor
+from transformer_lab.train import CONFIG_MODULE, build_trainer, instantiate, train
 
 # The training run measured: shakespeare_cpu without validation (the bare loop has none); everything else
 # of the project's training stays: callbacks (checkpoints included), TensorBoard logger, progress bar.
-TRAIN_OVERRIDES = ["experiment=shakespeare_cpu", "+trainer.limit_val_batches=0"]
+TRAIN_OVERRIDES = ["experiment=shakespeare_cpu", "trainer.limit_val_batches=0"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ QUICK = Mode(1, 2, 5, 60, 1, 512, ("experiment=reverse_tiny", "callbacks.progres
 PHASES = ("training", "generation", "reverse")
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
     "lightning_over_bare": (">=", 0.95),
+    "hooks_over_no_hooks": (">=", 0.99),
     "lightning_over_reference": (">=", 1.0),
     "mfu": (">=", 0.60),
     "kv_speedup": (">=", 3.0),
@@ -102,7 +106,7 @@ def quartiles(values: list[float]) -> list[float]:
 
 def compose_config(overrides: list[str], output_dir: Path) -> DictConfig:
     """The config `python train.py <overrides>` would run, writing into `output_dir`."""
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose(
             "train",
             overrides=[f"paths.output_dir={output_dir}", f"paths.log_dir={output_dir}", *overrides],
@@ -142,7 +146,8 @@ def counted_params(model: TransformerPredictor) -> int:
     embeddings, and the token embedding unless tied to the output layer). Biases and norm weights stay in
     N although they cost about one FLOP per token rather than six: 0.9% of N for shakespeare_cpu, so the
     MFU is overstated by that much (nanoGPT's bias-free model: 0.1%)."""
-    lookups = [model.positional_encoding, *([] if model.hparams.tie_embeddings else [model.embedding])]
+    net = model.net
+    lookups = [net.pos_embed, *([] if net.config.tie_embeddings else [net.embed])]
     looked_up = {id(p) for m in lookups for p in m.parameters()}
     return sum(p.numel() for p in model.parameters() if id(p) not in looked_up)
 
@@ -188,6 +193,26 @@ class BareLoop:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
             self.optimizer.step()
             self.scheduler.step()
+
+
+class _PlainIdentity:
+    """A hook point's function without the module: a plain call (and never hooked)."""
+
+    is_hooked = False
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return x
+
+
+def without_hook_points(model: nn.Module) -> nn.Module:
+    """The model with every HookPoint module replaced by a plain identity call: the same arithmetic,
+    without the `nn.Module.__call__` machinery of the hook points."""
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, HookPoint):
+                delattr(module, name)
+                setattr(module, name, _PlainIdentity())
+    return model
 
 
 class ReferenceGPT(nn.Module):
@@ -330,7 +355,7 @@ class RoundRobin(L.Callback):
         return self.seconds[name][self.mode.warmup_rounds :]
 
 
-def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dict, TransformerPredictor]:
+def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dict, DecoderLM]:
     """Phase 1, 2 and 5: throughput of the three contenders, MFU, peak memory."""
     total_steps = (mode.warmup_rounds + mode.rounds) * mode.chunk
     cfg = compose_config(
@@ -338,24 +363,25 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
         workdir / "shakespeare",
     )
     datamodule: ShakespeareDataModule = instantiate(cfg.data)
-    model: TransformerPredictor = instantiate(
-        cfg.model,
-        vocab_size=datamodule.vocab_size,
-        num_classes=datamodule.num_classes,
-        vocab=datamodule.vocab,
-        block_size=datamodule.block_size,
-    )
+    model = build_predictor(OmegaConf.to_container(cfg.model, resolve=True), datamodule)
     trainer = build_trainer(cfg)
     device = trainer.strategy.root_device
     precision = str(trainer.precision)
     dtype = torch.bfloat16 if precision.startswith("bf16") else torch.float32
 
-    bare_batches = iter(
-        RandomWindowBatches(datamodule.train_data, datamodule.block_size, datamodule.batch_size, 2**62)
-    )
-    bare = BareLoop(copy.deepcopy(model).to(device), bare_batches, cfg.trainer.gradient_clip_val, precision)
-    reference = ReferenceLoop(datamodule.train_data, cfg, datamodule.vocab_size, device)
-    timer = RoundRobin(mode, device, {"bare": bare.steps, "reference": reference.steps}, dtype)
+    def batches() -> Iterator:
+        return iter(
+            RandomWindowBatches(datamodule.train_data, datamodule.block_size, datamodule.batch_size, 2**62)
+        )
+
+    clip = cfg.trainer.gradient_clip_val
+    bare = BareLoop(copy.deepcopy(model).to(device), batches(), clip, precision)
+    unhooked = copy.deepcopy(model)
+    without_hook_points(unhooked.net)
+    bare_no_hooks = BareLoop(unhooked.to(device), batches(), clip, precision)
+    reference = ReferenceLoop(datamodule.train_data, cfg, len(datamodule.vocab), device)
+    others = {"bare": bare.steps, "bare_no_hooks": bare_no_hooks.steps, "reference": reference.steps}
+    timer = RoundRobin(mode, device, others, dtype)
     trainer.callbacks.append(timer)
 
     if device.type == "cuda":
@@ -370,14 +396,16 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
         )
 
     tokens = mode.chunk * datamodule.batch_size * datamodule.block_size
-    rates = {name: [tokens / s for s in timer.measured(name)] for name in ("lightning", "bare", "reference")}
+    names = ("lightning", "bare", "bare_no_hooks", "reference")
+    rates = {name: [tokens / s for s in timer.measured(name)] for name in names}
     peaks = timer.measured("peak")
-    h = model.hparams
+    h = model.net.config
     flops = train_flops_per_token(counted_params(model), h.num_layers, h.model_dim, datamodule.block_size)
     by_round = lambda a, b: [x / y for x, y in zip(rates[a], rates[b], strict=True)]  # noqa: E731
     mfu_by_round = lambda name, f: [r * f / p for r, p in zip(rates[name], peaks, strict=True)]  # noqa: E731
     per_round = {  # one value per round, each from that round's own measurements
         "lightning_over_bare": by_round("lightning", "bare"),
+        "hooks_over_no_hooks": by_round("bare", "bare_no_hooks"),
         "lightning_over_reference": by_round("lightning", "reference"),
         "mfu": mfu_by_round("lightning", flops),
     }
@@ -385,6 +413,7 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
         "device": str(device),
         "precision": precision,
         "bare_tokens_per_s": statistics.median(rates["bare"]),
+        "bare_no_hooks_tokens_per_s": statistics.median(rates["bare_no_hooks"]),
         "lightning_tokens_per_s": statistics.median(rates["lightning"]),
         "reference_tokens_per_s": statistics.median(rates["reference"]),
         **{key: statistics.median(values) for key, values in per_round.items()},
@@ -395,17 +424,15 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
         "reference_mfu": statistics.median(mfu_by_round("reference", reference.flops_per_token())),
         "peak_rss_mb": peak_mb,
     }
-    return results, model.to(device)  # Lightning moves the model back to the CPU after fit
+    return results, model.net.to(device)  # Lightning moves the model back to the CPU after fit
 
 
 # ------------------------------------------------------------------------------------- generation
-def generation_rates(
-    model: TransformerPredictor, new_tokens: int, rounds: int
-) -> tuple[float, float, list[float]]:
+def generation_rates(model: DecoderLM, new_tokens: int, rounds: int) -> tuple[float, float, list[float]]:
     """Tokens/s of `model.generate` from one token without and with the KV cache (medians of `rounds`),
     and each round's speed-up (cached over uncached tokens/s in that round, so drift in the machine's
     speed between rounds cancels)."""
-    device = model.device
+    device = next(model.parameters()).device
     idx = torch.zeros((1, 1), dtype=torch.long, device=device)
     rates: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(rounds):
@@ -417,14 +444,12 @@ def generation_rates(
     return statistics.median(rates[False]), statistics.median(rates[True]), speedups
 
 
-def bench_generation(mode: Mode, model: TransformerPredictor) -> dict:
+def bench_generation(mode: Mode, model: DecoderLM) -> dict:
     """Phase 3: the trained shakespeare_cpu model (block 64), and the same sizes at block 256."""
-    progress(f"generation: {mode.new_tokens} new tokens at block {model.block_size}")
+    progress(f"generation: {mode.new_tokens} new tokens at block {model.max_len}")
     generation_rates(model, 8, 1)  # warm-up
     nocache, cache, speedups = generation_rates(model, mode.new_tokens, mode.gen_rounds)
-    h = dict(model.hparams)
-    h.update(max_len=256, block_size=256)
-    long_model = TransformerPredictor(**h).to(model.device)
+    long_model = build_model(replace(model.config, max_len=256)).to(next(model.parameters()).device)
     progress(f"generation: {mode.new_tokens} new tokens at block 256")
     nocache_256, cache_256, speedups_256 = generation_rates(long_model, mode.new_tokens, mode.gen_rounds)
     return {
@@ -454,8 +479,10 @@ def bench_reverse(mode: Mode, workdir: Path) -> dict:
 ROWS = [  # (figure, format of the value, the results keys it shows; the first one is checked against TARGETS)
     ("training, Lightning (project)", "{:,.0f} tokens/s", ["lightning_tokens_per_s"]),
     ("training, bare PyTorch loop", "{:,.0f} tokens/s", ["bare_tokens_per_s"]),
+    ("training, bare loop, hook points removed", "{:,.0f} tokens/s", ["bare_no_hooks_tokens_per_s"]),
     ("training, nanoGPT-style reference", "{:,.0f} tokens/s", ["reference_tokens_per_s"]),
     ("Lightning / bare loop", "{:.3f}", ["lightning_over_bare"]),
+    ("bare loop: hook points / hook points removed", "{:.3f}", ["hooks_over_no_hooks"]),
     ("Lightning / nanoGPT-style reference", "{:.3f}", ["lightning_over_reference"]),
     ("peak matmul rate", "{:.1f} GFLOP/s", ["peak_gflops"]),
     ("training FLOPs per token (6N + 12LdT)", "{:,.0f}", ["flops_per_token"]),

@@ -1,10 +1,12 @@
 """Look inside a trained checkpoint: attention maps, rollout and gradient-weighted attention as PNGs.
 
-    python scripts/explain.py ckpt_path=saved_models/reverse/<run>/checkpoints/best.ckpt index=5 out_dir=docs
+    python scripts/explain.py ckpt_path=saved_models/reverse/<run>/checkpoints/best.ckpt index=5
     python scripts/explain.py ckpt_path=<decoder run>/checkpoints/best.ckpt text="ROMEO:" out_dir=explain_out
 
-Writes attention_grid.png, head_mean_first.png, head_mean_last.png, rollout.png and
-gradient_attention.png, and prints, for every output position, the input position it relies on most.
+The input is test example `index=` of the checkpoint's task (default 0), or your own `text=` (written as
+the task writes it: characters for Tiny Shakespeare, "3 1 4 1" for digit tasks). Writes
+attention_grid.png, head_mean_first.png, head_mean_last.png, rollout.png and gradient_attention.png, and
+prints, for every output position, the input position it relies on most.
 """
 
 from pathlib import Path
@@ -12,16 +14,20 @@ from pathlib import Path
 import torch
 
 from transformer_lab import explain, plots
-from transformer_lab.checkpoints import predictor_from_checkpoint, read_checkpoint
+from transformer_lab.checkpoints import (
+    model_from_checkpoint,
+    read_checkpoint,
+    task_from_checkpoint,
+    tokenizer_from_checkpoint,
+)
 from transformer_lab.cli import parse_key_values, pick_device, run
-from transformer_lab.data import CharTokenizer, ReverseDataModule
-from transformer_lab.errors import ConfigError, require
-from transformer_lab.predictor import TransformerPredictor
+from transformer_lab.errors import require
+from transformer_lab.nn import TransformerStack
 
 KEYS = {
     "ckpt_path": "checkpoint to explain (required), e.g. <run>/checkpoints/best.ckpt",
-    "index": "encoder checkpoints: which example of the test set (default 0)",
-    "text": 'decoder checkpoints: the text to explain, e.g. text="ROMEO:"',
+    "index": "which test example of the checkpoint's task (default 0)",
+    "text": 'your own input instead, e.g. text="ROMEO:" (Shakespeare) or text="3 1 4 1" (digits)',
     "out_dir": "where to write the PNGs (default explain_out)",
     "device": "auto | cpu | cuda | mps (default auto)",
 }
@@ -30,53 +36,26 @@ KEYS = {
 def parse_args(argv: list[str] | None) -> dict[str, str]:
     args = parse_key_values(argv, KEYS, __doc__)
     require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
+    require("text" not in args or "index" not in args, "pass either index= or text=, not both")
     return args
 
 
-def encode_text(model: TransformerPredictor, args: dict[str, str]) -> torch.Tensor:
-    """Decoder: the characters of `text=` as token ids [1, T]."""
-    require(
-        "index" not in args,
-        'index= picks a test example of an encoder checkpoint; for this decoder pass text="..."',
-    )
-    require(
-        "text" in args,
-        'this is a decoder (language model) checkpoint: pass the text to explain, e.g. text="ROMEO:"',
-    )
-    vocab, text = model.hparams.vocab, args["text"]
-    require(
-        vocab is not None, "the checkpoint has no vocabulary (hyper_parameters['vocab']) to encode text= with"
-    )
-    require(len(text) > 0, 'text= is empty; pass some characters, e.g. text="ROMEO:"')
-    require(
-        len(text) <= model.block_size,
-        f"text has {len(text)} characters, more than the model's context of {model.block_size}; shorten it",
-    )
-    return CharTokenizer(vocab).encode(text).unsqueeze(0)
-
-
-def reverse_example(checkpoint: dict, args: dict[str, str]) -> torch.Tensor:
-    """Encoder: test example `index=` of the reverse datamodule rebuilt from the checkpoint, [1, T]."""
-    require(
-        "text" not in args,
-        "text= is for decoder checkpoints; for this encoder pick a test example with index=N",
-    )
-    hparams = checkpoint.get("datamodule_hyper_parameters")
-    require(
-        hparams is not None, "the checkpoint has no datamodule_hyper_parameters to rebuild its test set from"
-    )
-    try:
-        datamodule = ReverseDataModule(**hparams)
-    except TypeError as exc:
-        raise ConfigError(f"the checkpoint's datamodule is not the reverse task's: {exc}") from exc
+def model_input(checkpoint: dict, model: TransformerStack, args: dict[str, str]) -> torch.Tensor:
+    """Token ids [1, T]: the user's `text=`, or test example `index=` of the checkpoint's task."""
+    path = args["ckpt_path"]
+    if "text" in args:
+        text = args["text"]
+        require(len(text.strip()) > 0, 'text= is empty; pass some input, e.g. text="ROMEO:"')
+        ids = tokenizer_from_checkpoint(checkpoint, path).encode(text)
+        require(
+            len(ids) <= model.max_len,
+            f"text has {len(ids)} tokens, more than the model's {model.max_len} positions; shorten it",
+        )
+        return ids.unsqueeze(0)
     index = args.get("index", "0")
-    size = datamodule.hparams.test_size
-    require(
-        index.isdigit() and int(index) < size,
-        f"index={index} is not a test example; use an integer from 0 to {size - 1}",
-    )
-    datamodule.setup("test")
-    return datamodule.test_set[int(index)][0].unsqueeze(0)
+    require(index.isdigit(), f"index={index} is not a test example; use an integer >= 0")
+    inputs, _ = task_from_checkpoint(checkpoint, path).example(int(index), split="test")
+    return inputs[0]
 
 
 def most_relevant_table(
@@ -106,11 +85,10 @@ def off_diagonal_max(matrix: torch.Tensor) -> float:
 
 def explain_checkpoint(args: dict[str, str]) -> None:
     checkpoint = read_checkpoint(args["ckpt_path"])
-    model = predictor_from_checkpoint(checkpoint, args["ckpt_path"], pick_device(args.get("device", "auto")))
-    device = model.device
-    causal = model.hparams.causal
-    x = (encode_text(model, args) if causal else reverse_example(checkpoint, args)).to(device)
-    vocab = model.hparams.vocab or [str(i) for i in range(model.hparams.vocab_size)]
+    model = model_from_checkpoint(checkpoint, args["ckpt_path"], pick_device(args.get("device", "auto")))
+    device = next(model.parameters()).device
+    x = model_input(checkpoint, model, args).to(device)
+    causal = model.causal
     out_dir = Path(args.get("out_dir", "explain_out"))
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -120,6 +98,7 @@ def explain_checkpoint(args: dict[str, str]) -> None:
     rollout = explain.attention_rollout(maps)[0]
     relevance = explain.gradient_attention_all(model, x)[0]
 
+    vocab = model.vocab
     tokens = plots.token_labels([vocab[i] for i in x[0].tolist()])
     predicted = plots.token_labels([vocab[i] for i in predicted_ids])
 

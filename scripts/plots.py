@@ -12,7 +12,7 @@ learning rate of every optimisation step from the real CosineWarmupScheduler: lr
 import argparse
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.errors import HydraException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from transformer_lab import plots
 from transformer_lab.cli import run
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.train import CONFIG_DIR, user_error
+from transformer_lab.train import CONFIG_MODULE, user_error
 
 PE_KEYS = {"model_dim": 32, "positions": 64, "dims": 4}
 
@@ -89,7 +89,7 @@ def training_steps(cfg: DictConfig) -> int:
 
 def lr_schedule(overrides: list[str], out_dir: Path) -> list[Path]:
     try:
-        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose("train", overrides=overrides)
         max_iters = training_steps(cfg)
     except HydraException as exc:

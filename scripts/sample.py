@@ -8,10 +8,9 @@ The vocabulary is stored in the checkpoint, so no data file is needed. Same seed
 
 import torch
 
-from transformer_lab.checkpoints import load_predictor
+from transformer_lab.checkpoints import model_from_checkpoint, read_checkpoint, tokenizer_from_checkpoint
 from transformer_lab.cli import parse_key_values, pick_device, run, to_number
-from transformer_lab.data import CharTokenizer
-from transformer_lab.errors import require
+from transformer_lab.errors import as_config_error, require
 
 KEYS = {
     "ckpt_path": "decoder checkpoint (required), e.g. <run>/checkpoints/best.ckpt",
@@ -31,13 +30,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_key_values(argv, KEYS, __doc__)
     require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
     device = pick_device(args.get("device", "auto"))
-    model = load_predictor(args["ckpt_path"], map_location=device)
+    checkpoint = read_checkpoint(args["ckpt_path"])
+    model = model_from_checkpoint(checkpoint, args["ckpt_path"], device)
     require(
-        model.hparams.causal and model.hparams.vocab is not None,
+        hasattr(model, "generate"),
         f"{args['ckpt_path']} is an encoder checkpoint (e.g. the reverse task); sample.py needs a decoder "
         "checkpoint, e.g. from python train.py task=shakespeare",
     )
-    tokenizer = CharTokenizer(model.hparams.vocab)
+    tokenizer = tokenizer_from_checkpoint(checkpoint, args["ckpt_path"])
     prompt = args.get("prompt", "\n").replace("\\n", "\n")
     require(len(prompt) > 0, 'prompt= is empty; pass at least one character, e.g. prompt="ROMEO:"')
     max_new_tokens = to_number(args, "max_new_tokens", int, 500)
@@ -49,15 +49,16 @@ def main(argv: list[str] | None = None) -> None:
 
     generator = torch.Generator(device=device).manual_seed(to_number(args, "seed", int, 7) or 0)
     idx = tokenizer.encode(prompt).to(device).unsqueeze(0).repeat(num_samples, 1)
-    out = model.generate(
-        idx,
-        max_new_tokens,
-        temperature=to_number(args, "temperature", float, 0.8),
-        top_k=to_number(args, "top_k", int, 40),
-        top_p=to_number(args, "top_p", float, None),
-        use_cache=use_cache == "true",
-        generator=generator,
-    )
+    with as_config_error():
+        out = model.generate(
+            idx,
+            max_new_tokens,
+            temperature=to_number(args, "temperature", float, 0.8),
+            top_k=to_number(args, "top_k", int, 40),
+            top_p=to_number(args, "top_p", float, None),
+            use_cache=use_cache == "true",
+            generator=generator,
+        )
     for i, row in enumerate(out):
         if num_samples > 1:
             print(f"---------- sample {i} ----------")

@@ -9,12 +9,13 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from transformer_lab import TransformerPredictor
-from transformer_lab.train import CONFIG_DIR
+from transformer_lab.nn import DecoderLM, EncoderClassifier, ModelConfig, TransformerStack
+from transformer_lab.predictor import TransformerPredictor
+from transformer_lab.train import CONFIG_MODULE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,12 +32,12 @@ TINY_REVERSE = [
 ]
 
 
-def gpt_decoder(vocab_size: int, block_size: int = 16, **overrides: object) -> TransformerPredictor:
-    """A tiny causal decoder with `configs/model/decoder.yaml`'s architecture (pre-norm, GELU MLP of 4 d,
+def gpt_decoder(vocab_size: int, block_size: int = 16, **overrides: object) -> DecoderLM:
+    """A tiny DecoderLM with `configs/model/decoder.yaml`'s architecture (pre-norm, GELU MLP of 4 d,
     learned positions, tied embeddings); sizes and anything else by keyword."""
     settings = dict(
+        arch="decoder",
         vocab_size=vocab_size,
-        num_classes=vocab_size,
         model_dim=32,
         num_heads=2,
         num_layers=2,
@@ -45,17 +46,29 @@ def gpt_decoder(vocab_size: int, block_size: int = 16, **overrides: object) -> T
         activation="gelu",
         positional_encoding="learned",
         max_len=block_size,
-        causal=True,
         output_mlp=False,
         tie_embeddings=True,
-        block_size=block_size,
     )
-    return TransformerPredictor(**(settings | overrides))
+    return DecoderLM(ModelConfig(**(settings | overrides)))
+
+
+def encoder_classifier(vocab_size: int = 10, **overrides: object) -> EncoderClassifier:
+    """A tiny EncoderClassifier with `configs/model/encoder.yaml`'s architecture (the course tutorial's:
+    post-norm, ReLU MLP of 2 d, sinusoidal positions, an MLP head); anything else by keyword."""
+    settings = dict(
+        arch="encoder", vocab_size=vocab_size, model_dim=32, num_heads=1, num_layers=1, max_len=64
+    )
+    return EncoderClassifier(ModelConfig(**(settings | overrides)))
+
+
+def predictor_like(model: TransformerStack, **training: object) -> TransformerPredictor:
+    """A TransformerPredictor whose `.net` has `model`'s architecture (freshly initialised)."""
+    return TransformerPredictor(net=model.config.to_dict(), **training)
 
 
 def compose_train_config(run_dir: Path, *overrides: str, base: list[str] = TINY_REVERSE) -> DictConfig:
     """The config `python train.py <base> <overrides>` would run, writing into `run_dir`."""
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose(
             "train",
             overrides=[f"paths.output_dir={run_dir}", f"paths.log_dir={run_dir}", *base, *overrides],

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from tests.conftest import COMMON, compose_train_config, gpt_decoder, load_script, run_cli
+from tests.conftest import COMMON, compose_train_config, gpt_decoder, load_script, predictor_like, run_cli
 from transformer_lab import TransformerPredictor
 from transformer_lab.train import train
 
@@ -14,6 +14,8 @@ FIGURES = (
     "bare_tokens_per_s",
     "lightning_tokens_per_s",
     "lightning_over_bare",
+    "bare_no_hooks_tokens_per_s",
+    "hooks_over_no_hooks",
     "peak_gflops",
     "mfu",
     "gen_tokens_per_s_nocache",
@@ -60,14 +62,14 @@ def test_flops_per_token_follows_nanogpt(bench):
     # nanoGPT's shakespeare_cpu sizes: N = 12 L d^2 + vocab x d (tied head) without biases.
     n = 12 * 4 * 128**2 + 65 * 128
     assert bench.train_flops_per_token(n, 4, 128, 64) == 6 * n + 12 * 4 * 128 * 64
-    model = gpt_decoder(65, **DECODER)
-    positions = model.positional_encoding.embedding.weight.numel()
+    model = predictor_like(gpt_decoder(65), **DECODER)
+    positions = model.net.pos_embed.embedding.weight.numel()
     assert bench.counted_params(model) == sum(p.numel() for p in model.parameters()) - positions
 
 
 def test_fused_adamw_on_cpu_and_optional():
-    assert gpt_decoder(65, **DECODER).configure_optimizers()["optimizer"].defaults["fused"]
-    plain = gpt_decoder(65, **DECODER, fused_adamw=False).configure_optimizers()["optimizer"]
+    assert predictor_like(gpt_decoder(65), **DECODER).configure_optimizers()["optimizer"].defaults["fused"]
+    plain = predictor_like(gpt_decoder(65), **DECODER, fused_adamw=False).configure_optimizers()["optimizer"]
     assert not plain.defaults["fused"]
 
 
@@ -83,12 +85,12 @@ def test_training_metrics_are_computed_only_when_written(tmp_path, monkeypatch):
     # 256 / 32 = 8 training steps, written every 4th: 2 training log calls with every metric.
     metrics = train(compose_train_config(tmp_path, "trainer.log_every_n_steps=4", "test=false"))
     train_calls = [c for c in calls if c[0].startswith("train/")]
-    assert train_calls == [["train/acc", "train/loss", "train/seq_acc"]] * 2
+    assert train_calls == [["train/acc", "train/loss", "train/lr", "train/seq_acc"]] * 2
     assert metrics["global_step"] == 8 and "val/acc" in metrics
 
 
 def test_generate_returns_an_ordinary_tensor():
-    model = gpt_decoder(65, **DECODER)
+    model = gpt_decoder(65)
     start = torch.zeros((1, 1), dtype=torch.long)
     out = model.generate(start, 20, generator=torch.Generator().manual_seed(0))
     assert out.shape == (1, 21) and not out.is_inference() and model.training

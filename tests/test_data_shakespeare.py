@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lab.data import CharTokenizer, ShakespeareDataModule, shakespeare
+from transformer_lab.data import ShakespeareDataModule, Tokenizer, shakespeare
 from transformer_lab.data.shakespeare import SHAKESPEARE_SHA256, ensure_text_file, read_text
 from transformer_lab.errors import ConfigError
 
@@ -42,7 +42,7 @@ def _small_dm(tmp_path: Path, text: str, **kwargs) -> ShakespeareDataModule:
 
 
 def test_real_file_vocabulary_round_trip(dm):
-    assert dm.vocab_size == dm.num_classes == 65
+    assert len(dm.vocab) == dm.model_settings()["vocab_size"] == 65 and dm.num_classes is None
     assert dm.vocab == sorted(dm.vocab) and dm.vocab[0] == "\n" and dm.vocab[1] == " "
     text = REAL_PATH.read_text(encoding="utf-8")[:1000]
     ids = dm.tokenizer.encode(text)
@@ -53,14 +53,14 @@ def test_real_file_vocabulary_round_trip(dm):
 
 
 def test_tokenizer_from_saved_vocab_matches():
-    built = CharTokenizer.from_text("hello world")
+    built = Tokenizer.from_text("hello world")
     assert built.vocab == [" ", "d", "e", "h", "l", "o", "r", "w"]
-    restored = CharTokenizer(built.vocab)
+    restored = Tokenizer(built.vocab)
     assert restored.encode("hello").tolist() == built.encode("hello").tolist() == [3, 2, 4, 4, 5]
 
 
 def test_unknown_characters_are_listed():
-    tok = CharTokenizer.from_text("abc")
+    tok = Tokenizer.from_text("abc")
     with pytest.raises(ConfigError, match="not in the vocabulary") as info:
         tok.encode("abz\u00e9!")
     message = str(info.value)
@@ -71,9 +71,9 @@ def test_unknown_characters_are_listed():
 
 def test_bad_saved_vocab():
     with pytest.raises(ConfigError, match="single characters"):
-        CharTokenizer(["a", "bc"])
+        Tokenizer(["a", "bc"])
     with pytest.raises(ConfigError, match="twice"):
-        CharTokenizer(["a", "a"])
+        Tokenizer(["a", "a"])
 
 
 # Batches and splits
@@ -207,7 +207,7 @@ def test_datamodule_missing_custom_file_never_downloads(tmp_path, no_network):
     path = tmp_path / "mine.txt"
     dm = ShakespeareDataModule(path=str(path), sha256=None)
     with pytest.raises(ConfigError, match="does not exist") as info:
-        _ = dm.vocab_size
+        _ = dm.vocab
     assert str(path.resolve()) in str(info.value)
 
 
@@ -257,5 +257,5 @@ def test_invalid_args(kwargs, key):
 def test_block_size_must_fit_each_split(tmp_path):
     dm = _small_dm(tmp_path, "x" * 100, block_size=10, train_fraction=0.9)
     with pytest.raises(ConfigError, match=r"data.block_size=10 must be smaller than the val split \(10 "):
-        _ = dm.vocab_size
-    assert _small_dm(tmp_path, "x" * 100, block_size=9).vocab_size == 1
+        _ = dm.vocab
+    assert _small_dm(tmp_path, "x" * 100, block_size=9).vocab == ["x"]

@@ -4,13 +4,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lab import TransformerPredictor, explain
+from transformer_lab import explain
+from transformer_lab.nn import ModelConfig, TransformerStack, build_model
 
 
-def _model(causal: bool = False, num_layers: int = 2, num_heads: int = 2) -> TransformerPredictor:
+def _model(causal: bool = False, num_layers: int = 2, num_heads: int = 2, **settings) -> TransformerStack:
+    """The course tutorial's architecture (post-norm, sinusoidal positions, MLP head), bidirectional or
+    causal."""
     torch.manual_seed(0)
-    return TransformerPredictor(
-        vocab_size=10, num_classes=10, model_dim=32, num_heads=num_heads, num_layers=num_layers, causal=causal
+    arch = "decoder" if causal else "encoder"
+    return build_model(
+        ModelConfig(
+            arch=arch, vocab_size=10, num_heads=num_heads, num_layers=num_layers, max_len=64, **settings
+        )
     )
 
 
@@ -91,12 +97,12 @@ def test_rollout_keeps_a_causal_model_causal():
     "variant",
     [{}, {"causal": True, "norm_first": True, "activation": "gelu"}, {"positional_encoding": "learned"}],
 )
-def test_hand_written_forward_gives_the_models_logits(variant):
-    """explain's forward pass (which keeps the attention weights) must compute exactly model(x)."""
-    torch.manual_seed(0)
-    model = TransformerPredictor(vocab_size=10, num_classes=10, num_layers=2, num_heads=2, **variant).eval()
+def test_the_explaining_pass_gives_the_models_logits(variant):
+    """explain's forward pass (which keeps the attention weights in the graph) must compute exactly
+    model(x), and its maps must be the model's attention maps."""
+    model = _model(num_layers=2, num_heads=2, **variant).eval()
     x = torch.randint(10, (3, 9))
-    logits, maps = explain._logits_and_maps(model, x, None)
+    logits, maps = explain._logits_and_maps(model, (x,))
     with torch.no_grad():
         torch.testing.assert_close(logits.detach(), model(x), atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(torch.stack(maps), torch.stack(model.get_attention_maps(x)))
@@ -120,14 +126,14 @@ def test_gradient_is_taken_with_respect_to_the_softmax_output():
     by hand must give the same relevance, I + mean_h relu(dy/dA ⊙ A), as explain.gradient_attention."""
     model = _model(num_layers=1).eval()
     x = torch.randint(10, (2, 6))
-    block = model.transformer.layers[0]
-    attn = block.self_attn
-    h = model.embed(x).detach()
+    block = model.blocks[0]
+    attn = block.attn
+    h = model.pos_embed(model.embed(x)).detach()
     q, k, v = attn.qkv_proj(h).view(2, 6, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
     a = torch.softmax(q @ k.transpose(-1, -2) / attn.head_dim**0.5, dim=-1).detach().requires_grad_()
     out = attn.o_proj((a @ v).transpose(1, 2).reshape(2, 6, attn.embed_dim))
     h1 = block.norm1(h + out)
-    logits = model.output_net(block.norm2(h1 + block.linear_net(h1)))
+    logits = model.unembed(block.norm2(h1 + block.mlp(h1)))
     target = logits[:, 3].argmax(-1)
     (grad,) = torch.autograd.grad(logits[:, 3].gather(1, target[:, None]).sum(), a)
     expected = torch.eye(6) + (grad * a).clamp(min=0).mean(1)
@@ -209,7 +215,7 @@ def test_most_relevant_excludes_self_and_future():
 SEQ_LEN = 16
 
 
-def _train_reverse(num_layers: int, num_heads: int, steps: int = 400) -> TransformerPredictor:
+def _train_reverse(num_layers: int, num_heads: int, steps: int = 400) -> TransformerStack:
     """A reverse-task model trained in a few seconds with a plain PyTorch loop."""
     model = _model(num_layers=num_layers, num_heads=num_heads)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -228,8 +234,22 @@ def test_inputs() -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def deep_model() -> TransformerPredictor:
+def deep_model() -> TransformerStack:
     return _train_reverse(num_layers=2, num_heads=4)
+
+
+def test_cached_patterns_are_the_attention_the_blocks_compute(deep_model, test_inputs):
+    """run_with_cache on a trained reverse model gives the maps the tutorial's way gives: each block's
+    MultiheadAttention called with return_attention=True on the stream that block reads."""
+    x = test_inputs[:20]
+    with torch.no_grad():
+        _, cache = deep_model.run_with_cache(x)
+        for i, block in enumerate(deep_model.blocks):
+            stream = cache[f"blocks.{i}.hook_resid_pre"]
+            _, expected = block.attn(
+                block.norm1(stream) if block.norm_first else stream, return_attention=True
+            )
+            torch.testing.assert_close(cache[f"blocks.{i}.attn.hook_pattern"], expected)
 
 
 def _share_reversed(choice: torch.Tensor) -> float:

@@ -12,9 +12,9 @@ import torch
 
 from tests.conftest import COMMON, ROOT, compose_train_config
 from transformer_lab import ConfigError, TransformerPredictor
-from transformer_lab.checkpoints import AtomicCheckpointIO
+from transformer_lab.checkpoint_io import AtomicCheckpointIO
 from transformer_lab.errors import TrainingDiverged
-from transformer_lab.train import check_resumable, train
+from transformer_lab.train import train
 
 
 class _FailsToPickle:
@@ -191,11 +191,14 @@ def test_resuming_into_another_model_is_refused(tmp_path):
         train(compose_train_config(tmp_path / "vocab", f"ckpt_path={last}", "data.num_categories=12"))
     with pytest.raises(ConfigError, match=r"bias=True \(config: False\)"):
         train(compose_train_config(tmp_path / "nobias", f"ckpt_path={last}", "model.bias=false"))
-    older = tmp_path / "older.ckpt"  # written before the `bias` hyperparameter existed: biases were on
+    older = tmp_path / "older.ckpt"  # the format before the model config moved under "net"
     checkpoint = torch.load(last, weights_only=True)
-    del checkpoint["hyper_parameters"]["bias"]
+    checkpoint["hyper_parameters"] = {**checkpoint["hyper_parameters"].pop("net"), "causal": False}
     torch.save(checkpoint, older)
-    check_resumable(str(older), TransformerPredictor(**checkpoint["hyper_parameters"]))
+    with pytest.raises(
+        ConfigError, match=r"older\.ckpt was written by an older transformer-lab .* retrain it"
+    ):
+        train(compose_train_config(tmp_path / "old", f"ckpt_path={older}"))
     assert not (tmp_path / "big" / "checkpoints").exists()
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(last.read_bytes()[:5000])

@@ -3,14 +3,11 @@
 import pytest
 import torch
 
-from tests.conftest import gpt_decoder
-from transformer_lab import ConfigError, TransformerPredictor
-from transformer_lab.sampling import sample_next_token
+from tests.conftest import encoder_classifier, gpt_decoder
+from transformer_lab.nn import DecoderLM, sample_next_token
 
 
-def _decoder(
-    block_size: int = 16, positional_encoding: str = "learned", seed: int = 0
-) -> TransformerPredictor:
+def _decoder(block_size: int = 16, positional_encoding: str = "learned", seed: int = 0) -> DecoderLM:
     torch.manual_seed(seed)
     return gpt_decoder(11, block_size, num_heads=4, positional_encoding=positional_encoding).eval()
 
@@ -27,22 +24,20 @@ def test_changing_later_tokens_leaves_earlier_outputs_unchanged():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("with_mask", [False, True])
-def test_fused_path_equals_handwritten_path(causal, with_mask):
-    """The training path (fused kernel) and the explaining path (explicit softmax) compute one function."""
+@pytest.mark.parametrize("pad_id", [None, 0])
+def test_fused_path_equals_handwritten_path(causal, pad_id):
+    """The training path (fused kernel) and the looking-inside path (explicit softmax, taken when
+    `hook_pattern` is hooked) compute one function, with and without padding keys."""
     torch.manual_seed(0)
-    model = _decoder() if causal else TransformerPredictor(vocab_size=11, num_classes=11, num_heads=4).eval()
-    x = torch.randint(11, (2, 10))
-    mask = None
-    if with_mask:
-        mask = torch.ones(2, 10, 10)
-        mask[0, :, 8:] = 0  # padding keys in sequence 0
-    h = model.embed(x)
-    fused = model.transformer(h, mask=mask)
-    hand = h
-    for layer in model.transformer.layers:
-        hand, _ = layer(hand, mask=mask, causal=causal, return_attention=True)
-    hand = model.transformer.final_norm(hand)
+    build = gpt_decoder if causal else encoder_classifier
+    model = build(11, num_heads=4, pad_id=pad_id).eval()
+    x = torch.randint(1, 11, (2, 10))
+    x[0, 8:] = 0  # padding in sequence 0 (an ordinary token when pad_id is None)
+    with torch.no_grad():
+        fused = model(x)
+        hand = model.run_with_hooks(
+            x, fwd_hooks=[(lambda name: name.endswith("hook_pattern"), lambda a, h: a)]
+        )
     torch.testing.assert_close(fused, hand, atol=1e-5, rtol=1e-5)
 
 
@@ -136,12 +131,14 @@ def test_long_prompt_is_cropped_to_the_block():
 def test_generate_rejects_bad_arguments():
     model = _decoder()
     prompt = torch.randint(11, (1, 3))
-    with pytest.raises(ConfigError, match="temperature=-1"):
+    with pytest.raises(ValueError, match="temperature=-1"):
         model.generate(prompt, 5, temperature=-1)
-    with pytest.raises(ConfigError, match="top_k=0"):
+    with pytest.raises(ValueError, match="top_k=0"):
         model.generate(prompt, 5, top_k=0)
-    with pytest.raises(ConfigError, match=r"top_p=1\.5"):
+    with pytest.raises(ValueError, match=r"top_p=1\.5"):
         model.generate(prompt, 5, top_p=1.5)
-    encoder = TransformerPredictor(vocab_size=11, num_classes=11)
-    with pytest.raises(ConfigError, match="causal decoder"):
-        encoder.generate(prompt, 5)
+    with pytest.raises(ValueError, match="max_new_tokens=-1"):
+        model.generate(prompt, -1)
+    with pytest.raises(ValueError, match=r"shape \(3,\)"):
+        model.generate(prompt[0], 5)
+    assert not hasattr(encoder_classifier(11), "generate")

@@ -3,20 +3,19 @@ import math
 import pytest
 import torch
 
-from tests.conftest import gpt_decoder
-from transformer_lab import TransformerPredictor
+from tests.conftest import encoder_classifier, gpt_decoder
 from transformer_lab.nn import EncoderBlock, PositionalEncoding, TransformerEncoder
 
 
 def _copy_block_to_torch(block: EncoderBlock, ref: torch.nn.TransformerEncoderLayer) -> None:
     with torch.no_grad():
-        ref.self_attn.in_proj_weight.copy_(block.self_attn.qkv_proj.weight)
-        ref.self_attn.out_proj.weight.copy_(block.self_attn.o_proj.weight)
+        ref.self_attn.in_proj_weight.copy_(block.attn.qkv_proj.weight)
+        ref.self_attn.out_proj.weight.copy_(block.attn.o_proj.weight)
         if ref.self_attn.in_proj_bias is not None:
-            ref.self_attn.in_proj_bias.copy_(block.self_attn.qkv_proj.bias)
-            ref.self_attn.out_proj.bias.copy_(block.self_attn.o_proj.bias)
-        ref.linear1.load_state_dict(block.linear_net[0].state_dict())
-        ref.linear2.load_state_dict(block.linear_net[3].state_dict())
+            ref.self_attn.in_proj_bias.copy_(block.attn.qkv_proj.bias)
+            ref.self_attn.out_proj.bias.copy_(block.attn.o_proj.bias)
+        ref.linear1.load_state_dict(block.mlp.fc_in.state_dict())
+        ref.linear2.load_state_dict(block.mlp.fc_out.state_dict())
         ref.norm1.load_state_dict(block.norm1.state_dict())
         ref.norm2.load_state_dict(block.norm2.state_dict())
 
@@ -54,7 +53,7 @@ def test_encoder_block_parameter_count_by_hand():
 def test_decoder_without_biases_has_none():
     model = gpt_decoder(12, bias=False)
     assert not [name for name, _ in model.named_parameters() if name.endswith("bias")]
-    assert TransformerPredictor(vocab_size=12, num_classes=12).transformer.layers[0].norm1.bias is not None
+    assert encoder_classifier(12).blocks[0].norm1.bias is not None
 
 
 def test_attention_maps_follow_the_mask_in_every_layer():
@@ -75,8 +74,8 @@ def test_attention_maps_come_from_the_same_pass_as_forward():
     torch.manual_seed(0)
     encoder = TransformerEncoder(2, input_dim=16, num_heads=2, dim_feedforward=32, norm_first=True).eval()
     x = torch.randn(1, 5, 16)
-    second = encoder.layers[1]
-    _, expected = second.self_attn(second.norm1(encoder.layers[0](x)), return_attention=True)
+    second = encoder.blocks[1]
+    _, expected = second.attn(second.norm1(encoder.blocks[0](x)), return_attention=True)
     torch.testing.assert_close(encoder.get_attention_maps(x)[1], expected)
 
 
@@ -96,16 +95,9 @@ def test_positional_encoding_rejects_too_long_input():
         PositionalEncoding(4, max_len=8)(torch.zeros(1, 9, 4))
 
 
-def _predictor(positional_encoding: str) -> TransformerPredictor:
+def _predictor(positional_encoding: str):
     torch.manual_seed(0)
-    return TransformerPredictor(
-        vocab_size=10,
-        num_classes=10,
-        model_dim=32,
-        num_heads=4,
-        num_layers=2,
-        positional_encoding=positional_encoding,
-    ).eval()
+    return encoder_classifier(num_heads=4, num_layers=2, positional_encoding=positional_encoding).eval()
 
 
 def test_without_positions_the_encoder_is_permutation_equivariant():

@@ -5,7 +5,7 @@ import math
 import lightning as L
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import TensorBoardLogger
 from matplotlib.figure import Figure
@@ -15,8 +15,8 @@ from transformer_lab import CosineWarmupScheduler, TransformerPredictor, plots
 from transformer_lab.callbacks import AttentionMapCallback
 from transformer_lab.data import ReverseDataModule
 from transformer_lab.errors import ConfigError
-from transformer_lab.nn import PositionalEncoding
-from transformer_lab.train import CONFIG_DIR
+from transformer_lab.nn import ModelConfig, PositionalEncoding
+from transformer_lab.train import CONFIG_MODULE
 
 
 def _tick_labels(ax, axis: str) -> list[str]:
@@ -93,9 +93,8 @@ def test_lr_schedule_adds_a_close_up_of_a_short_warmup(tmp_path):
 def _fit(tmp_path, callback: AttentionMapCallback, epochs: int, logger: bool = True) -> None:
     torch.manual_seed(0)
     datamodule = ReverseDataModule(seq_len=6, train_size=64, val_size=32, test_size=32, batch_size=32)
-    model = TransformerPredictor(
-        vocab_size=10, num_classes=10, num_layers=2, num_heads=2, vocab=datamodule.vocab, max_iters=10
-    )
+    net = ModelConfig(num_layers=2, num_heads=2, vocab=datamodule.vocab, max_len=datamodule.max_len)
+    model = TransformerPredictor(net=net.to_dict(), max_iters=10)
     trainer = L.Trainer(
         max_epochs=epochs,
         accelerator="cpu",
@@ -137,7 +136,7 @@ def test_callback_without_tensorboard_does_nothing(tmp_path):
 
 
 def test_callback_is_on_by_default_and_can_be_removed():
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         default = compose("train", overrides=["callbacks.attention_maps.every_n_epochs=3"])
         removed = compose("train", overrides=["~callbacks.attention_maps"])
     callback = instantiate(default.callbacks.attention_maps)

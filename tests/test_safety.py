@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, compose_train_config, load_script
-from transformer_lab import ConfigError
-from transformer_lab.checkpoints import load_predictor
+from transformer_lab import ConfigError, load_model
 from transformer_lab.cli import run
 from transformer_lab.train import train
 
@@ -33,7 +32,7 @@ def malicious_checkpoint(tmp_path):
 def test_loading_a_malicious_checkpoint_runs_no_code(malicious_checkpoint):
     path, marker = malicious_checkpoint
     with pytest.raises(ConfigError, match=r"refusing to load .* could run code"):
-        load_predictor(path)
+        load_model(path)
     assert not marker.exists()
 
 
@@ -56,11 +55,25 @@ def test_scripts_refuse_a_malicious_checkpoint(malicious_checkpoint, script, cap
     assert not marker.exists()
 
 
-def test_configs_may_only_instantiate_known_classes(tmp_path):
-    with pytest.raises(ConfigError, match=r"model\._target_=builtins\.print is not allowed"):
-        train(compose_train_config(tmp_path, "model._target_=builtins.print"))
-    with pytest.raises(ConfigError, match=r"callbacks\.lr_monitor\._target_=os\.system is not allowed"):
-        train(compose_train_config(tmp_path, "callbacks.lr_monitor._target_=os.system"))
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("trainer._target_=builtins.print", r"trainer\._target_=builtins\.print is not allowed"),
+        ("callbacks.progress_bar._target_=os.system", r"callbacks\.progress_bar\._target_=os\.system is not"),
+        ("callbacks.progress_bar._target_=torch.hub.load", r"_target_=torch\.hub\.load is not allowed"),
+        ("+logger.evil._target_=torch.load", r"logger\.evil\._target_=torch\.load is not allowed"),
+        ("data._target_=os.system", r"data\._target_=os\.system is not a task"),
+        (
+            "data._target_=lightning.pytorch.LightningDataModule",
+            r"is not a task; it must name a TaskDataModule",
+        ),
+        ("+model._target_=builtins.print", r"model\._target_=builtins\.print is not allowed"),
+    ],
+)
+def test_configs_may_only_instantiate_known_classes(tmp_path, override, message):
+    """The allowlist names exact classes (a task may be any TaskDataModule); nothing else is called."""
+    with pytest.raises(ConfigError, match=message):
+        train(compose_train_config(tmp_path, override))
 
 
 def test_no_eval_or_exec_of_strings_in_the_code():

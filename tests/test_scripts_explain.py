@@ -8,13 +8,14 @@ from types import ModuleType
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_module
 
 from tests.conftest import load_script
 from transformer_lab import TransformerPredictor
 from transformer_lab.cli import run
 from transformer_lab.data import ReverseDataModule
-from transformer_lab.train import CONFIG_DIR
+from transformer_lab.nn import ModelConfig
+from transformer_lab.train import CONFIG_MODULE
 
 ROOT = Path(__file__).resolve().parents[1]
 PNGS = ("attention_grid", "head_mean_first", "head_mean_last", "rollout", "gradient_attention")
@@ -40,18 +41,18 @@ def plots_script() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def encoder_ckpt(tmp_path_factory) -> Path:
-    """What Lightning saves for the reverse task, minus the optimizer: weights, model and data hparams."""
+    """What train.py saves for the reverse task, minus the optimizer: weights, model and task."""
     torch.manual_seed(0)
     datamodule = ReverseDataModule(seq_len=8, train_size=64, val_size=16, test_size=16, batch_size=16)
-    model = TransformerPredictor(
-        vocab_size=10, num_classes=10, num_layers=2, num_heads=2, vocab=datamodule.vocab, block_size=8
-    )
+    net = ModelConfig(num_layers=2, num_heads=2, vocab=datamodule.vocab, max_len=8)
+    model = TransformerPredictor(net=net.to_dict())
     path = tmp_path_factory.mktemp("encoder") / "best.ckpt"
     torch.save(
         {
             "state_dict": model.state_dict(),
             "hyper_parameters": dict(model.hparams),
             "datamodule_hyper_parameters": dict(datamodule.hparams),
+            "task": {"class": "transformer_lab.data.reverse.ReverseDataModule", "separator": " "},
         },
         path,
     )
@@ -61,20 +62,15 @@ def encoder_ckpt(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def decoder_ckpt(tmp_path_factory) -> Path:
     torch.manual_seed(0)
-    model = TransformerPredictor(
-        vocab_size=len(VOCAB),
-        num_classes=len(VOCAB),
-        causal=True,
-        vocab=VOCAB,
-        block_size=32,
-        model_dim=32,
-        num_heads=2,
-        num_layers=2,
-        norm_first=True,
-        activation="gelu",
+    net = ModelConfig(
+        arch="decoder", vocab=VOCAB, max_len=32, num_heads=2, num_layers=2, norm_first=True, activation="gelu"
     )
+    model = TransformerPredictor(net=net.to_dict())
     path = tmp_path_factory.mktemp("decoder") / "best.ckpt"
-    torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, path)
+    task = {"class": "transformer_lab.data.shakespeare.ShakespeareDataModule", "separator": ""}
+    torch.save(
+        {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams), "task": task}, path
+    )
     return path
 
 
@@ -116,11 +112,11 @@ def test_explain_decoder_text(explain_script, decoder_ckpt, tmp_path, capsys):
     [
         ("encoder", ["index=16"], "index=16 is not a test example; use an integer from 0 to 15"),
         ("encoder", ["index=two"], "index=two is not a test example"),
-        ("encoder", ["text=12"], "text= is for decoder checkpoints"),
-        ("decoder", ["index=1"], "for this decoder pass text="),
-        ("decoder", [], "pass the text to explain"),
+        ("encoder", ["text=1 2 x"], "1 token(s) not in the vocabulary: 'x'"),
+        ("encoder", ["text=1 2", "index=3"], "pass either index= or text=, not both"),
+        ("decoder", ["text="], "text= is empty"),
         ("decoder", ["text=ROMEO~"], "1 character(s) not in the vocabulary: '~'"),
-        ("decoder", ["text=" + "A" * 33], "more than the model's context of 32"),
+        ("decoder", ["text=" + "A" * 33], "text has 33 tokens, more than the model's 32 positions"),
         ("decoder", ["colour=red"], "unknown argument 'colour=red'"),
         ("missing", [], "does not exist"),
         ("corrupt", [], "corrupt.ckpt is not a readable checkpoint"),
@@ -161,11 +157,11 @@ def test_plots_lr_schedule_of_a_task(plots_script, tmp_path, capsys):
 
 def test_plots_training_steps_follow_the_trainer(plots_script):
     """640 samples / batch 128 = 5 steps per epoch x 10 epochs, unless max_steps or max_iters override."""
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose("train", overrides=["task=reverse", "data.train_size=640"])
-        capped = compose("train", overrides=["data.train_size=640", "+trainer.max_steps=7"])
+        capped = compose("train", overrides=["data.train_size=640", "trainer.max_steps=7"])
         fixed = compose("train", overrides=["model.max_iters=123"])
-        by_steps = compose("train", overrides=["trainer.max_epochs=null", "+trainer.max_steps=5000"])
+        by_steps = compose("train", overrides=["trainer.max_epochs=null", "trainer.max_steps=5000"])
     assert plots_script.training_steps(cfg) == 50
     assert plots_script.training_steps(capped) == 7
     assert plots_script.training_steps(by_steps) == 5000

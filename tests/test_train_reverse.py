@@ -1,17 +1,18 @@
 """End to end through Hydra's compose API: what `python train.py` does for the reverse task."""
 
+import inspect
 import json
 import math
 
+import lightning as L
 import pytest
 import torch
 from hydra.errors import HydraException
-from lightning.pytorch.callbacks import ModelCheckpoint
+from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import TINY_REVERSE, compose_train_config, run_cli
+from tests.conftest import ROOT, TINY_REVERSE, compose_train_config, run_cli
 from transformer_lab import ConfigError
-from transformer_lab.callbacks import BestCheckpoint
 from transformer_lab.train import train
 
 
@@ -43,10 +44,9 @@ def test_run_directory_holds_checkpoints_metrics_and_tensorboard(train_config, t
 
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 16  # the newest state, not the newest best
-    assert last["hyper_parameters"]["vocab"] == [str(i) for i in range(10)]
-    best = BestCheckpoint(monitor="val/acc", mode="max")
-    assert best.state_key == ModelCheckpoint.state_key.fget(best)  # the cached key is Lightning's own
-    assert last["callbacks"][best.state_key]["best_model_path"] == saved["best_ckpt_path"]
+    assert last["hyper_parameters"]["net"]["vocab"] == [str(i) for i in range(10)]
+    assert last["task"] == {"class": "transformer_lab.data.reverse.ReverseDataModule", "separator": " "}
+    assert last["callbacks"]["BestCheckpoint"]["best_model_path"] == saved["best_ckpt_path"]
 
     scalars = _scalars(tmp_path)
     for tag in ("train/loss", "train/acc", "val/loss", "val/acc", "val/seq_acc", "test/acc", "train/lr"):
@@ -76,7 +76,7 @@ def test_resume_continues_from_saved_step(tmp_path):
 def test_override_changes_the_model(train_config, tmp_path):
     train(train_config("model.num_heads=4", "model.num_layers=2", "trainer.max_epochs=1", "seed=7"))
     hparams = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)["hyper_parameters"]
-    assert hparams["num_heads"] == 4 and hparams["num_layers"] == 2
+    assert hparams["net"]["num_heads"] == 4 and hparams["net"]["num_layers"] == 2
 
 
 BAD_INPUTS = [
@@ -89,7 +89,16 @@ BAD_INPUTS = [
     (["data.seq_len=0"], "data.seq_len=0 must be a positive integer"),
     (["model.dropout=1.0"], "model.dropout=1.0 must be in [0, 1)"),
     (["model.input_dropout=-0.1"], "model.input_dropout=-0.1 must be in [0, 1)"),
-    (["data.seq_len=6000"], "sequence length 6000 is longer than model.max_len=5000"),
+    (["model.max_len=8"], "sequence length 16 is longer than model.max_len=8"),
+    (["seed=abc"], "seed='abc' must be an integer or null"),
+    (["model.lr=fast"], "model.lr='fast' must be a number"),
+    (["model.num_heads=two"], "model.num_heads='two' must be an integer"),
+    (["data.batch_size=1.5"], "data.batch_size=1.5 must be an integer"),
+    (["trainer.max_steps=ten"], "trainer.max_steps='ten' must be an integer"),
+    (["trainer.val_check_interval=often"], "Invalid time format for `val_check_interval`: 'often'"),
+    (["trainer.precision=17"], "trainer.precision=17 must be one of"),
+    (["+model.heads=4"], "model.heads is not a setting"),
+    (["model=decoder"], "model=decoder cannot learn ReverseDataModule's task; use model=encoder"),
     (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path=/nonexistent/last.ckpt does not exist"),
     (["trainer.accelerator=cuda"], "no CUDA GPU is available"),
     (["trainer.accelerator=tpu9"], "trainer.accelerator=tpu9 is unknown"),
@@ -141,7 +150,7 @@ def test_cli_bad_input_prints_one_line_and_exits_nonzero(tmp_path):
 def test_cli_shows_config_and_help():
     job = run_cli("train.py", "--cfg", "job", "model.num_heads=4")
     assert job.returncode == 0
-    assert "num_heads: 4" in job.stdout and "_target_: transformer_lab.TransformerPredictor" in job.stdout
+    assert "num_heads: 4" in job.stdout and "arch: encoder" in job.stdout
     help_text = run_cli("train.py", "--help")
     assert help_text.returncode == 0
     assert "== Configuration groups ==" in help_text.stdout and "\ntask: reverse" in help_text.stdout
@@ -156,7 +165,47 @@ def test_multirun_gives_each_job_its_own_directory(tmp_path):
     heads = []
     for job in jobs:
         assert json.loads((job / "metrics.json").read_text())["global_step"] == 8
-        heads.append(
-            torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]["num_heads"]
-        )
+        checkpoint = torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)
+        heads.append(checkpoint["hyper_parameters"]["net"]["num_heads"])
     assert heads == [1, 2]
+
+
+def test_every_trainer_argument_is_an_override(train_config, tmp_path):
+    """configs/trainer/default.yaml lists every Trainer argument (but the three train.py sets), so each is
+    `trainer.<arg>=...` without a `+`; two that failed on the default task before now train."""
+    listed = set(OmegaConf.load(ROOT / "configs" / "trainer" / "default.yaml")) - {"_target_"}
+    arguments = set(inspect.signature(L.Trainer).parameters) - {"callbacks", "logger", "plugins"}
+    assert listed == arguments
+    metrics = train(
+        train_config("trainer.max_steps=12", "trainer.val_check_interval=5", "trainer.max_epochs=null")
+    )
+    assert metrics["global_step"] == 12
+
+
+def test_best_checkpoint_only_ever_holds_validated_weights(train_config, tmp_path):
+    """Training stops at step 12, between validations (steps 8 and 16): best.ckpt keeps the weights of
+    step 8, whose score was measured, and last.ckpt has step 12."""
+    metrics = train(train_config("trainer.max_epochs=null", "trainer.max_steps=12", "test=false"))
+    best = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)
+    assert best["global_step"] == 8
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 12
+    (validation,) = _scalars(tmp_path)["val/acc"]
+    assert validation.step == 7 and metrics["best_score"] == pytest.approx(validation.value)
+
+
+def test_resuming_a_finished_run_is_a_one_line_error(tmp_path):
+    train(compose_train_config(tmp_path / "runs" / "reverse" / "first", "test=false"))
+    again = compose_train_config(tmp_path / "second", "resume=auto", f"paths.log_dir={tmp_path / 'runs'}")
+    with pytest.raises(ConfigError, match=r"finished training \(epoch 1, step 8\).*trainer\.max_epochs=2"):
+        train(again)
+    longer = compose_train_config(
+        tmp_path / "third", "resume=auto", f"paths.log_dir={tmp_path / 'runs'}", "trainer.max_epochs=2"
+    )
+    assert train(longer)["global_step"] == 16
+
+
+@pytest.mark.parametrize("override", ["model.num_heads=3", "seed=abc"])
+def test_cli_config_error_leaves_no_run_directory(tmp_path, override):
+    result = run_cli("train.py", override, f"paths.log_dir={tmp_path}", *TINY_REVERSE)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert list((tmp_path / "reverse").iterdir()) == []

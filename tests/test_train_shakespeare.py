@@ -11,6 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tests.conftest import COMMON, ROOT, compose_train_config, load_script, run_cli
 from transformer_lab import ConfigError, TransformerPredictor
 from transformer_lab.cli import run
+from transformer_lab.nn import ModelConfig
 from transformer_lab.train import train
 
 TINY_SHAKESPEARE = [
@@ -44,6 +45,7 @@ def test_fast_dev_run(tmp_path):
             ["data.block_size=300", "model.max_len=256"],
             "sequence length 300 is longer than model.max_len=256",
         ),
+        (["model=encoder"], "model=encoder cannot learn ShakespeareDataModule's task; use model=decoder"),
     ],
 )
 def test_bad_data_input(tmp_path, overrides, message):
@@ -73,12 +75,25 @@ def test_language_model_metrics(shakespeare_run):
     assert json.loads((run_dir / "metrics.json").read_text())["val/ppl"] == metrics["val/ppl"]
 
 
-def test_vocabulary_and_block_size_are_saved_in_the_checkpoint(shakespeare_run):
+def test_vocabulary_and_context_are_saved_in_the_checkpoint(shakespeare_run):
     run_dir, _ = shakespeare_run
-    hparams = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)["hyper_parameters"]
+    checkpoint = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)
+    net = checkpoint["hyper_parameters"]["net"]
     text = (ROOT / "data" / "tinyshakespeare" / "input.txt").read_text()
-    assert hparams["vocab"] == sorted(set(text)) and len(hparams["vocab"]) == 65
-    assert hparams["block_size"] == 32 and hparams["causal"] is True
+    assert net["vocab"] == sorted(set(text)) and net["vocab_size"] == 65
+    assert net["max_len"] == 32 and net["arch"] == "decoder"
+    assert checkpoint["task"]["separator"] == ""
+
+
+def test_metric_names_are_those_of_every_task(shakespeare_run):
+    run_dir, _ = shakespeare_run
+    tags = set()
+    for events in run_dir.glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    assert {"train/loss", "train/acc", "train/lr", "val/loss", "val/acc", "val/bpc", "val/ppl"} <= tags
+    assert not [t for t in tags if t.startswith("train/lr/")]
 
 
 def test_validation_logs_a_text_sample_to_tensorboard(shakespeare_run):
@@ -140,15 +155,18 @@ def test_sample_bad_arguments(shakespeare_run, sample_script, capsys, args, mess
 
 
 def test_sample_bad_checkpoints(sample_script, tmp_path, capsys):
-    encoder = TransformerPredictor(vocab_size=10, num_classes=10)
-    torch.save(
-        {"state_dict": encoder.state_dict(), "hyper_parameters": dict(encoder.hparams)}, tmp_path / "enc.ckpt"
-    )
+    encoder = TransformerPredictor(net=ModelConfig(arch="encoder", vocab_size=10).to_dict())
+    task = {"class": "transformer_lab.data.reverse.ReverseDataModule", "separator": " "}
+    checkpoint = {"state_dict": encoder.state_dict(), "hyper_parameters": dict(encoder.hparams), "task": task}
+    torch.save(checkpoint, tmp_path / "enc.ckpt")
+    old_format = {"state_dict": {}, "hyper_parameters": {"vocab_size": 65, "causal": True}}
+    torch.save(old_format, tmp_path / "old.ckpt")
     (tmp_path / "broken.ckpt").write_bytes(b"PK\x03\x04 not really a checkpoint")
     cases = {
         tmp_path / "missing.ckpt": "does not exist",
         tmp_path / "broken.ckpt": "is not a readable checkpoint",
         tmp_path / "enc.ckpt": "is an encoder checkpoint",
+        tmp_path / "old.ckpt": "written by an older transformer-lab",
     }
     for path, message in cases.items():
         with pytest.raises(SystemExit):

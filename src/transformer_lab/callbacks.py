@@ -1,39 +1,66 @@
 """Lightning callbacks."""
 
 import math
-from functools import cached_property
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 
 from transformer_lab import explain, plots
-from transformer_lab.data.shakespeare import CharTokenizer
+from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import TrainingDiverged, require
 
 
-class BestCheckpoint(ModelCheckpoint):
-    """ModelCheckpoint that, when the monitored metric ties the best so far, keeps the newer checkpoint.
+class BestCheckpoint(Checkpoint):
+    """Keep `<dirpath>/best.ckpt`: the weights with the best `monitor` value of all validations so far.
 
-    Accuracy saturates: on the reverse task val/acc reaches 1.0 epochs before training ends, while the
-    model keeps improving (its loss keeps falling). The stock callback keeps the first checkpoint to reach
-    the best value; this one keeps the latest.
+    It saves only right after a validation, with the weights that validation measured, so `best.ckpt`
+    always holds weights whose score was measured (training that stops between validations does not
+    touch it). Ties go to the newer weights: accuracy saturates (the reverse task reaches val/acc 1.0
+    epochs before training ends, while its loss keeps falling), and the later model is the better one.
     """
 
-    @cached_property
-    def state_key(self) -> str:
-        """Lightning rebuilds this key (the repr of a dict of settings) on every hook call, about ten times
-        per training step; the settings are fixed once constructed, so build it once."""
-        return super().state_key
+    def __init__(self, dirpath: str, monitor: str, mode: str = "max"):
+        require(mode in ("min", "max"), f"metric_mode={mode!r} must be min or max")
+        self.path = f"{dirpath}/best.ckpt"
+        self.monitor = monitor
+        self.mode = mode
+        self.best_model_path = ""
+        self.best_model_score: float | None = None
 
-    def check_monitor_top_k(self, trainer: L.Trainer, current: Tensor | None = None) -> bool:
-        if current is not None and self.save_top_k == 1 and self.best_k_models:
-            best = self.best_k_models[self.kth_best_model_path]
-            if bool(current.to(best.device) == best):
-                return trainer.strategy.reduce_boolean_decision(True)
-        return super().check_monitor_top_k(trainer, current)
+    def _improves(self, score: float) -> bool:
+        if not math.isfinite(score):
+            return False
+        best = self.best_model_score
+        return best is None or (score >= best if self.mode == "max" else score <= best)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn != "fit" or trainer.sanity_checking or trainer.fast_dev_run:
+            return
+        score = trainer.callback_metrics.get(self.monitor)
+        require(
+            score is not None,
+            f"metric={self.monitor} was not logged by validation; choose one of "
+            f"{sorted(k for k in trainer.callback_metrics if k.startswith('val/'))}",
+        )
+        score = float(score)  # validation already synchronised with the host
+        if self._improves(score):
+            trainer.save_checkpoint(self.path, weights_only=False)
+            self.best_model_path, self.best_model_score = self.path, score
+
+    def state_dict(self) -> dict:
+        return {
+            "monitor": self.monitor,
+            "best_model_path": self.best_model_path,
+            "best_model_score": self.best_model_score,
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if state_dict.get("monitor") == self.monitor:
+            self.best_model_score = state_dict.get("best_model_score")
+            self.best_model_path = state_dict.get("best_model_path", "")
 
 
 class LastCheckpoint(Checkpoint):
@@ -42,7 +69,9 @@ class LastCheckpoint(Checkpoint):
     90% loses at most `every_n_train_steps` steps. Not after the loss diverged: the last good state stays.
 
     A `Checkpoint` subclass, so Lightning runs it after the other callbacks (and after BestCheckpoint,
-    whose state it then saves up to date).
+    listed before it, whose state it then saves up to date). The save at the end of training records
+    that training finished and after how many epochs (`finished_epochs`), so resuming a finished run
+    under the same limits is refused in one line instead of writing a run that trains nothing.
     """
 
     def __init__(self, dirpath: str, every_n_train_steps: int | None = 200):
@@ -53,12 +82,21 @@ class LastCheckpoint(Checkpoint):
         )
         self.path = f"{dirpath}/last.ckpt"
         self.every_n_train_steps = every_n_train_steps
+        self.finished_epochs: int | None = None
         self._saved_step: int | None = None
 
-    def _save(self, trainer: L.Trainer) -> None:
-        if trainer.fast_dev_run or trainer.sanity_checking or self._saved_step == trainer.global_step:
+    def state_dict(self) -> dict:
+        return {"finished_epochs": self.finished_epochs}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        pass  # a resumed run has not finished, whatever the run it resumes had done
+
+    def _save(self, trainer: L.Trainer, again: bool = False) -> None:
+        if trainer.fast_dev_run or trainer.sanity_checking:
             return
-        trainer.save_checkpoint(self.path)
+        if self._saved_step == trainer.global_step and not again:
+            return
+        trainer.save_checkpoint(self.path, weights_only=False)
         self._saved_step = trainer.global_step
 
     def due(self, trainer: L.Trainer) -> bool:
@@ -74,7 +112,8 @@ class LastCheckpoint(Checkpoint):
             self._save(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._save(trainer)
+        self.finished_epochs = trainer.current_epoch
+        self._save(trainer, again=True)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
@@ -116,9 +155,9 @@ class FiniteLossCheck(L.Callback):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is not None:
             self._loss_sum.add_(loss.detach())  # queued on the device: no host sync
-        if trainer._logger_connector.should_update_logs or any(
-            c.due(trainer) for c in self._last_checkpoints
-        ):
+        every = trainer.log_every_n_steps  # the steps Lightning writes metrics on (host reads anyway)
+        logs = every > 0 and trainer.global_step % every == 0
+        if logs or trainer.should_stop or any(c.due(trainer) for c in self._last_checkpoints):
             self._stop_if_diverged(trainer)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -158,9 +197,9 @@ class AttentionMapCallback(L.Callback):
     """Log the attention grid (rows = layers, columns = heads) of one fixed validation example to
     TensorBoard as the image `attention/val_example`, after every `every_n_epochs`-th validation.
 
-    The example is the first row of the first validation batch, cut to its first `max_tokens` tokens so
-    the figure stays readable and cheap (for a causal decoder the cut changes nothing before it). Does
-    nothing without a TensorBoard logger or a datamodule, on other ranks than 0, and during the sanity check.
+    The example is the task's first validation example, cut to its first `max_tokens` tokens so the
+    figure stays readable and cheap (for a causal decoder the cut changes nothing before it). Does
+    nothing without a TensorBoard logger or a task, on other ranks than 0, and during the sanity check.
     """
 
     def __init__(self, every_n_epochs: int = 1, max_tokens: int = 32):
@@ -170,20 +209,20 @@ class AttentionMapCallback(L.Callback):
         )
         self.every_n_epochs = every_n_epochs
         self.max_tokens = max_tokens
-        self._example: Tensor | None = None
+        self._example: tuple[Tensor, ...] | None = None
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = _tensorboard_logger_due(trainer, self.every_n_epochs)
-        if logger is None or trainer.datamodule is None:
+        task = trainer.datamodule
+        if logger is None or not isinstance(task, TaskDataModule):
             return
         if self._example is None:
-            x, _ = next(iter(trainer.datamodule.val_dataloader()))
-            self._example = x[:1, : self.max_tokens]
-        x = self._example.to(pl_module.device)
+            inputs, _ = task.example(0, split="val")
+            self._example = tuple(x[:, : self.max_tokens] for x in inputs)
+        inputs = tuple(x.to(pl_module.device) for x in self._example)
         with torch.no_grad():
-            maps = explain.attention_maps(pl_module, x)
-        vocab = pl_module.hparams.get("vocab") or [str(i) for i in range(pl_module.hparams.vocab_size)]
-        tokens = [vocab[i] for i in x[0].tolist()]
+            maps = explain.attention_maps(pl_module.net, *inputs)
+        tokens = task.tokenizer.tokens(inputs[0][0])
         title = f"Validation example, epoch {trainer.current_epoch}"
         figure = plots.attention_grid(maps, tokens, title=title)
         logger.experiment.add_figure("attention/val_example", figure, global_step=trainer.global_step)
@@ -193,7 +232,7 @@ class TextSampleCallback(L.Callback):
     """Log a short sample from a fixed prompt to TensorBoard (Text tab, `samples/val`) after
     every `every_n_epochs`-th validation, so a run's writing can be read as it improves.
 
-    Only for causal decoders with a vocabulary (language models); does nothing for encoders, without a
+    Only for models that generate (language models); does nothing for encoders, without a
     TensorBoard logger, during the sanity check and on ranks other than 0. Seeded, so samples from
     different epochs differ only because the model changed.
     """
@@ -221,13 +260,13 @@ class TextSampleCallback(L.Callback):
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = _tensorboard_logger_due(trainer, self.every_n_epochs)
-        vocab = pl_module.hparams.get("vocab")
-        if logger is None or not pl_module.hparams.get("causal") or vocab is None:
+        task, net = trainer.datamodule, pl_module.net
+        if logger is None or not isinstance(task, TaskDataModule) or not hasattr(net, "generate"):
             return
-        tokenizer = CharTokenizer(vocab)
-        idx = tokenizer.encode(self.prompt).unsqueeze(0).to(pl_module.device)
+        tokenizer = task.tokenizer
+        prompt = tokenizer.encode(self.prompt).unsqueeze(0).to(pl_module.device)
         generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
-        out = pl_module.generate(idx, self.max_new_tokens, self.temperature, self.top_k, generator=generator)
+        out = net.generate(prompt, self.max_new_tokens, self.temperature, self.top_k, generator=generator)
         text = tokenizer.decode(out[0].cpu())
         # TensorBoard's text plugin renders Markdown: indent four spaces to keep line breaks as written.
         logger.experiment.add_text("samples/val", "    " + text.replace("\n", "\n    "), trainer.global_step)

@@ -1,40 +1,21 @@
-"""Checkpoint files: written atomically, read safely (tensors and plain Python values only, never code)."""
+"""Reading checkpoints safely (tensors and plain Python values only, never code), without Lightning.
 
-import os
-import tempfile
+    model = load_model("saved_models/reverse/<run>/checkpoints/best.ckpt")   # a plain nn.Module, eval mode
+
+A checkpoint holds the model's config (`hyper_parameters["net"]`) and weights (`state_dict`, under
+`net.`), and a record of its task (`task`: its class and how its text is written, with Lightning's
+`datamodule_hyper_parameters`), from which the tools rebuild the tokenizer and the task's examples.
+"""
+
+import importlib
 from pathlib import Path
-from typing import Any
 
 import torch
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.predictor import TransformerPredictor
+from transformer_lab.nn import ModelConfig, TransformerStack, build_model
 
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write each checkpoint to a temporary file in its own directory, fsync it, then rename it into place.
-
-    A rename within one directory is atomic, so a run killed in the middle of a save leaves the previous
-    `last.ckpt` intact (Lightning's own save stages the file in the system temp directory, and a move from
-    there to another filesystem is a copy that can be cut short).
-    """
-
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
-    ) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+RETRAIN = "retrain it with this version: python train.py task=<its task> <its settings>"
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -61,18 +42,73 @@ def read_checkpoint(path: str | Path) -> dict:
     return checkpoint
 
 
-def predictor_from_checkpoint(
+def model_from_checkpoint(
     checkpoint: dict, path: str | Path = "checkpoint", map_location: str | torch.device = "cpu"
-) -> TransformerPredictor:
-    """Rebuild a TransformerPredictor from a checkpoint dict's hyperparameters and weights, in eval mode."""
+) -> TransformerStack:
+    """The model a checkpoint holds, rebuilt from its config and weights, in eval mode."""
+    net = checkpoint["hyper_parameters"].get("net")
+    require(
+        isinstance(net, dict),
+        f"{path} was written by an older transformer-lab (no model config 'net' in its "
+        f"hyperparameters) and cannot be read; {RETRAIN}",
+    )
     try:
-        model = TransformerPredictor(**checkpoint["hyper_parameters"])
-        model.load_state_dict(checkpoint["state_dict"])
-    except (TypeError, RuntimeError) as exc:
-        raise ConfigError(f"{path} does not match this version's TransformerPredictor: {exc}") from exc
+        model = build_model(ModelConfig(**net))
+        weights = {
+            k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")
+        }
+        model.load_state_dict(weights)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        first_line = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"{path} does not match this version's models ({first_line}); {RETRAIN}") from exc
     return model.to(map_location).eval()
 
 
-def load_predictor(path: str | Path, map_location: str | torch.device = "cpu") -> TransformerPredictor:
-    """read_checkpoint + predictor_from_checkpoint."""
-    return predictor_from_checkpoint(read_checkpoint(path), path, map_location)
+def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> TransformerStack:
+    """The plain `nn.Module` of a checkpoint (EncoderClassifier, DecoderLM, ...), in eval mode, read with
+    `weights_only=True`. A bad file is a one-line ConfigError."""
+    return model_from_checkpoint(read_checkpoint(path), path, map_location)
+
+
+def task_record(checkpoint: dict, path: str | Path = "checkpoint") -> dict:
+    """The checkpoint's record of its task: {"class": module.Class, "separator": str}."""
+    record = checkpoint.get("task")
+    require(
+        isinstance(record, dict) and "class" in record and "separator" in record,
+        f"{path} has no record of its task (it was not trained by train.py); {RETRAIN}",
+    )
+    return record
+
+
+def tokenizer_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
+    """Text <-> ids as the checkpoint's task writes them (no data file needed)."""
+    from transformer_lab.data.tokenizer import Tokenizer
+
+    vocab = ModelConfig(**checkpoint["hyper_parameters"]["net"]).tokens
+    return Tokenizer(vocab, task_record(checkpoint, path)["separator"])
+
+
+def task_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
+    """The checkpoint's task (its TaskDataModule, rebuilt from its class and hyperparameters), to draw
+    its examples. Only a TaskDataModule subclass of this package's `data/` is ever imported and built."""
+    from transformer_lab.data.task import TaskDataModule
+
+    name = str(task_record(checkpoint, path)["class"])
+    require(
+        name.startswith("transformer_lab.data."),
+        f"{path} names the task {name}; only tasks in transformer_lab.data are rebuilt from a checkpoint "
+        "(use load_model and your task's own code)",
+    )
+    module_name, _, class_name = name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"{path} names the task {name}, which cannot be imported here ({exc})") from exc
+    require(
+        isinstance(cls, type) and issubclass(cls, TaskDataModule),
+        f"{path} names the task {name}, which is not a TaskDataModule; refusing to build it",
+    )
+    try:
+        return cls(**checkpoint.get("datamodule_hyper_parameters", {}))
+    except TypeError as exc:
+        raise ConfigError(f"{path}: its task {name} cannot be rebuilt here ({exc}); {RETRAIN}") from exc

@@ -1,7 +1,8 @@
 """Looking inside a trained Transformer: attention maps, attention rollout and gradient-weighted attention.
 
-Pure functions on tensors. Every function puts the model in eval mode for the call (and restores its
-mode afterwards), never touches its parameters or their `.grad`, and works on any batch and device.
+Functions of a model of `transformer_lab.nn` (any of them: they read it through its hook points) and its
+inputs. Every function puts the model in eval mode for the call (and restores its mode afterwards), never
+touches its parameters or their `.grad`, leaves no hook behind, and works on any batch and device.
 
 * `attention_maps` / `head_mean`: the raw softmax(QK^T / sqrt(d_k)) weights of every layer and head.
 * `attention_rollout`: Abnar & Zuidema (2020), "Quantifying Attention Flow in Transformers".
@@ -20,11 +21,11 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from transformer_lab.predictor import TransformerPredictor
+from transformer_lab.nn import HookedModule, HookPoint
 
 
 @contextmanager
-def _eval_mode(model: TransformerPredictor) -> Iterator[None]:
+def _eval_mode(model: HookedModule) -> Iterator[None]:
     was_training = model.training
     model.eval()
     try:
@@ -33,14 +34,12 @@ def _eval_mode(model: TransformerPredictor) -> Iterator[None]:
         model.train(was_training)
 
 
-def attention_maps(model: TransformerPredictor, x: Tensor, mask: Tensor | None = None) -> list[Tensor]:
-    """Attention weights of every layer, each [B, H, T, T] (row = query, column = key), in eval mode.
-
-    They come from the hand-written attention path (the fused kernel never materialises them); with
-    grad enabled they stay in the autograd graph.
+def attention_maps(model: HookedModule, *inputs: Tensor) -> list[Tensor]:
+    """Attention weights of every layer, each [B, H, T, T] (row = query, column = key), in eval mode:
+    the `hook_pattern` activations, in forward order. With grad enabled they stay in the autograd graph.
     """
     with _eval_mode(model):
-        return model.get_attention_maps(x, mask=mask)
+        return model.get_attention_maps(*inputs)
 
 
 def head_mean(maps: list[Tensor], layer: int) -> Tensor:
@@ -70,17 +69,23 @@ def attention_rollout(maps: list[Tensor], residual: bool = True) -> Tensor:
     return rollout
 
 
-def _logits_and_maps(
-    model: TransformerPredictor, x: Tensor, mask: Tensor | None
-) -> tuple[Tensor, list[Tensor]]:
-    """One forward pass through the hand-written path, returning the logits *and* the attention weights
-    they were computed from (so d logit / d attention exists): TransformerPredictor.forward with
-    return_attention=True, with the embedded input made to require grad for frozen models."""
-    h = model.embed(x)
-    if not h.requires_grad:  # frozen model: still let gradients flow back to the attention weights
-        h.requires_grad_(True)
-    hidden, maps = model.transformer(h, mask=mask, return_attention=True)
-    return model.output_net(hidden), maps
+def _logits_and_maps(model: HookedModule, inputs: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor]]:
+    """One forward pass returning the logits *and* the attention weights they were computed from (the
+    `hook_pattern` activations, kept in the graph, so d logit / d attention exists). For a frozen model
+    the token embeddings are made to require grad, so gradients still flow back to the weights."""
+    maps: list[Tensor] = []
+
+    def track(embedding: Tensor, hook: HookPoint) -> Tensor:
+        return embedding if embedding.requires_grad else embedding.detach().requires_grad_()
+
+    def keep(pattern: Tensor, hook: HookPoint) -> None:
+        maps.append(pattern)
+
+    hooks = [
+        (lambda name: name.endswith("hook_embed"), track),
+        (lambda name: name.endswith("hook_pattern"), keep),
+    ]
+    return model.run_with_hooks(*inputs, fwd_hooks=hooks), maps
 
 
 def _relevance(maps: list[Tensor], logit: Tensor, retain_graph: bool) -> Tensor:
@@ -105,7 +110,7 @@ def _chosen_logit(logits: Tensor, position: int, target: int | Tensor | None) ->
 
 
 @contextmanager
-def _grad_enabled(model: TransformerPredictor) -> Iterator[None]:
+def _grad_enabled(model: HookedModule) -> Iterator[None]:
     """Eval mode with autograd on, even when called under `torch.inference_mode()` (Lightning's
     validate/test) or `torch.no_grad()`."""
     with _eval_mode(model), torch.inference_mode(False), torch.enable_grad():
@@ -113,11 +118,7 @@ def _grad_enabled(model: TransformerPredictor) -> Iterator[None]:
 
 
 def gradient_attention(
-    model: TransformerPredictor,
-    x: Tensor,
-    position: int,
-    target: int | Tensor | None = None,
-    mask: Tensor | None = None,
+    model: HookedModule, x: Tensor, position: int, target: int | Tensor | None = None
 ) -> Tensor:
     """Gradient-weighted attention relevance (Chefer, Gur & Wolf, 2021) for one output position.
 
@@ -128,15 +129,15 @@ def gradient_attention(
     """
     with _grad_enabled(model):
         # clone(): inputs created under inference_mode cannot be saved for backward.
-        logits, maps = _logits_and_maps(model, x.clone(), None if mask is None else mask.clone())
+        logits, maps = _logits_and_maps(model, (x.clone(),))
         return _relevance(maps, _chosen_logit(logits, position, target), retain_graph=False)
 
 
-def gradient_attention_all(model: TransformerPredictor, x: Tensor, mask: Tensor | None = None) -> Tensor:
+def gradient_attention_all(model: HookedModule, x: Tensor) -> Tensor:
     """Relevance of every input for every output's predicted class: [B, T, T] whose row t is row t of
     `gradient_attention(model, x, t)`. One forward pass, then one backward pass per position."""
     with _grad_enabled(model):
-        logits, maps = _logits_and_maps(model, x.clone(), None if mask is None else mask.clone())
+        logits, maps = _logits_and_maps(model, (x.clone(),))
         seq_len = x.size(1)
         rows = [
             _relevance(maps, _chosen_logit(logits, t, None), retain_graph=t < seq_len - 1)[:, t]

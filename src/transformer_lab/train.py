@@ -1,12 +1,15 @@
-"""Hydra entry point: config -> datamodule -> model (sized from the datamodule) -> Trainer -> run directory.
+"""Hydra entry point: config -> task (datamodule) -> TransformerPredictor (sized by the task) -> Trainer.
 
-`python train.py [overrides]` calls `main`; tests call `train(cfg)` with a config from Hydra's compose API.
+    python train.py [overrides]                   # from a checkout
+    python -m transformer_lab.train [overrides]   # from anywhere, once installed
+
+Tests call `train(cfg)` with a config from Hydra's compose API (`initialize_config_module(CONFIG_MODULE)`).
 """
 
-import inspect
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,17 +22,20 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.checkpoints import AtomicCheckpointIO, read_checkpoint
+from transformer_lab.checkpoint_io import AtomicCheckpointIO
+from transformer_lab.checkpoints import model_from_checkpoint, read_checkpoint
+from transformer_lab.config_checks import check_targets, check_types
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.predictor import TransformerPredictor, build_predictor
 
 log = logging.getLogger(__name__)
-CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
+CONFIG_MODULE = "transformer_lab.configs"  # the repository's configs/, installed inside the package
 
 
-def instantiate(config: DictConfig, **kwargs):
+def instantiate(config: DictConfig, **kwargs: object) -> object:
     """hydra.utils.instantiate, re-raising the ConfigError a constructor raised instead of Hydra's wrapper."""
     try:
         return hydra.utils.instantiate(config, **kwargs)
@@ -78,38 +84,6 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     )
 
 
-# Hyperparameters that fix the shapes of the weights: a checkpoint can only resume into the same ones.
-ARCHITECTURE = (
-    "vocab_size", "num_classes", "model_dim", "num_heads", "num_layers", "dim_feedforward", "mlp_ratio",
-    "positional_encoding", "max_len", "causal", "output_mlp", "tie_embeddings", "norm_first", "activation",
-    "bias",
-)  # fmt: skip
-# Configs may instantiate classes from these packages only.
-ALLOWED_TARGETS = ("transformer_lab.", "lightning.pytorch.", "torch.")
-
-
-def check_targets(cfg: DictConfig) -> None:
-    """Refuse a config whose `_target_` names a class outside the project and the listed libraries
-    (Hydra's own `hydra.*` settings, which name its launchers and sweepers, are Hydra's business)."""
-
-    def walk(node: object, key: str) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if k == "_target_":
-                    require(
-                        str(v).startswith(ALLOWED_TARGETS),
-                        f"{key}._target_={v} is not allowed; configs may only instantiate classes from "
-                        f"{', '.join(t.rstrip('.') for t in ALLOWED_TARGETS)}",
-                    )
-                walk(v, f"{key}.{k}" if key else str(k))
-        elif isinstance(node, list):
-            for i, v in enumerate(node):
-                walk(v, f"{key}[{i}]")
-
-    user_config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
-    walk(user_config, "")
-
-
 def resume_checkpoint(cfg: DictConfig) -> str | None:
     """The checkpoint to resume from: `ckpt_path=FILE`, or `resume=<run dir>` (its checkpoints/last.ckpt),
     or `resume=auto` (the newest last.ckpt of this task under paths.log_dir)."""
@@ -139,38 +113,49 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
     return ckpt_path
 
 
-def check_resumable(ckpt_path: str, model: L.LightningModule) -> None:
-    """Read the checkpoint safely (weights_only) and check it fits the configured model and data."""
-    saved = read_checkpoint(ckpt_path)["hyper_parameters"]
-    # A checkpoint older than a hyperparameter lacks it; loading it gives the constructor's default.
-    defaults = {k: p.default for k, p in inspect.signature(type(model)).parameters.items()}
-    architecture = {k: saved.get(k, defaults.get(k)) for k in ARCHITECTURE}
-    diffs = [
-        f"{k}={v!r} (config: {model.hparams[k]!r})" for k, v in architecture.items() if v != model.hparams[k]
-    ]
+def check_resumable(ckpt_path: str, model: TransformerPredictor, trainer: L.Trainer) -> None:
+    """Read the checkpoint safely (weights_only) and check it fits the configured model and data, and that
+    it has training left to do under the configured limits."""
+    checkpoint = read_checkpoint(ckpt_path)
+    saved = model_from_checkpoint(checkpoint, ckpt_path).config.architecture()
+    configured = model.net.config.architecture()
+    diffs = [f"{k}={v!r} (config: {configured[k]!r})" for k, v in saved.items() if v != configured[k]]
     require(
         not diffs,
         f"ckpt_path={ckpt_path} was trained with another model or data: {', '.join(diffs)}; "
         "resume with the task and model settings it was trained with",
     )
+    finished_epochs = checkpoint.get("callbacks", {}).get("LastCheckpoint", {}).get("finished_epochs")
+    step, max_steps, max_epochs = checkpoint.get("global_step", 0), trainer.max_steps, trainer.max_epochs
+    steps_left = max_steps < 0 or step < max_steps
+    epochs_left = (
+        max_epochs is None or max_epochs < 0 or finished_epochs is None or finished_epochs < max_epochs
+    )
     require(
-        saved.get("vocab") == model.hparams.vocab,
-        f"ckpt_path={ckpt_path} was trained on another vocabulary (a different data file?); "
-        "resume with the data it was trained on",
+        steps_left and epochs_left,
+        f"{ckpt_path} is of a run that finished training (epoch {finished_epochs}, step {step}); "
+        f"with trainer.max_epochs={max_epochs} and trainer.max_steps={max_steps} there is nothing left to "
+        "train: raise the limit that stopped it (e.g. "
+        + (
+            f"trainer.max_epochs={2 * (finished_epochs or 1)})"
+            if steps_left
+            else f"trainer.max_steps={2 * step})"
+        )
+        + ", or start a new run without resume=/ckpt_path=",
     )
 
 
-def check_launch_in_sweep(trainer: L.Trainer) -> None:
+def check_launch_in_sweep(cfg: DictConfig, trainer: L.Trainer) -> None:
     """Lightning's `ddp` starts the other ranks by re-running the command line, which in a local sweep is the
     whole sweep (and only once per process). On SLURM the ranks are SLURM tasks, so sweeps work there."""
-    launcher = trainer.strategy.launcher
+    strategy = trainer.strategy
+    reruns_command = (
+        str(cfg.trainer.get("strategy")) == "ddp"  # ddp_spawn / ddp_fork start processes differently
+        and trainer.world_size > 1
+        and not strategy.cluster_environment.creates_processes_externally
+    )
     require(
-        not (
-            HydraConfig.initialized()
-            and HydraConfig.get().mode == RunMode.MULTIRUN
-            and isinstance(launcher, _SubprocessScriptLauncher)
-            and not launcher.cluster_environment.creates_processes_externally
-        ),
+        not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN and reruns_command),
         "trainer.strategy=ddp cannot start its processes inside a local sweep (-m); run DDP jobs one at "
         "a time without -m, or sweep on a SLURM cluster with hydra/launcher=slurm",
     )
@@ -181,39 +166,33 @@ def train(cfg: DictConfig) -> dict:
     start = time.perf_counter()
     output_dir = Path(cfg.paths.output_dir)
     check_targets(cfg)
+    check_types(cfg)
     ckpt_path = resume_checkpoint(cfg)
     if cfg.get("seed") is not None:
-        L.seed_everything(cfg.seed, workers=True)
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    datamodule = instantiate(cfg.data)
-    model = instantiate(
-        cfg.model,
-        vocab_size=datamodule.vocab_size,
-        num_classes=datamodule.num_classes,
-        vocab=datamodule.vocab,
-        block_size=datamodule.block_size,
-    )
-    if ckpt_path is not None:
-        check_resumable(ckpt_path, model)
+    task = instantiate(cfg.data)
+    settings = OmegaConf.to_container(cfg.model, resolve=True)
+    model = build_predictor(settings, task)
     trainer = build_trainer(cfg)
-    check_launch_in_sweep(trainer)
+    if ckpt_path is not None:
+        check_resumable(ckpt_path, model, trainer)
+    check_launch_in_sweep(cfg, trainer)
     log.info(
         f"Training on {trainer.strategy.root_device} ({trainer.precision} precision), run dir {output_dir}"
     )
 
-    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    trainer.fit(model, datamodule=task, ckpt_path=ckpt_path, weights_only=True)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-    checkpoint = trainer.checkpoint_callback
-    best_path = checkpoint.best_model_path if checkpoint is not None else ""
+    best = trainer.checkpoint_callback
+    best_path = getattr(best, "best_model_path", "") or None
     if cfg.get("test", True) and not trainer.interrupted:
-        results = trainer.test(model, datamodule=datamodule, ckpt_path=best_path or None, verbose=False)
+        results = trainer.test(model, datamodule=task, ckpt_path=best_path, verbose=False, weights_only=True)
         metrics.update({k: float(v) for k, v in results[0].items()})
     metrics.update(
         metric=cfg.metric,
-        best_score=float(checkpoint.best_model_score)
-        if best_path and checkpoint.best_model_score is not None
-        else None,
-        best_ckpt_path=best_path or None,
+        best_score=getattr(best, "best_model_score", None) if best_path else None,
+        best_ckpt_path=best_path,
         global_step=trainer.global_step,
         device=str(trainer.strategy.root_device),
         wall_time_s=round(time.perf_counter() - start, 2),
@@ -227,8 +206,10 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     scores = {f"hp/{k.replace('/', '_')}": v for k, v in metrics.items() if "/" in k}
-    hparams = {
-        **{f"model.{k}": v for k, v in trainer.lightning_module.hparams.items() if k != "vocab"},
+    hparams = trainer.lightning_module.hparams
+    flat = {
+        **{f"model.{k}": v for k, v in hparams["net"].items() if k != "vocab"},
+        **{f"model.{k}": v for k, v in hparams.items() if k != "net"},
         **{
             f"data.{k}": v
             for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
@@ -236,9 +217,9 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
         },
         "seed": cfg.get("seed"),
     }
-    hparams = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in hparams.items()}
+    flat = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()}
     for logger in trainer.loggers:
-        logger.log_hyperparams(hparams, metrics=scores)
+        logger.log_hyperparams(flat, metrics=scores)
         # Write these last records now: the Trainer already finalized its loggers, and leaving the flush
         # to garbage collection at exit can lose them (the last job of a sweep then has no hp/ scalars).
         logger.finalize("success")
@@ -273,11 +254,21 @@ def _exit_unless_writable(directory: str) -> None:
         sys.exit(2)
 
 
+def _remove_unused_run_dir(output_dir: Path) -> None:
+    """After a config error: remove the run directory Hydra made for this run if it holds nothing but
+    Hydra's own files (`.hydra/`, the log), so a mistake leaves no run behind for summarize.py to list."""
+    if output_dir.is_dir() and {p.name for p in output_dir.iterdir()} <= {".hydra", "train.log"}:
+        shutil.rmtree(output_dir, ignore_errors=True)
+
+
 def user_error(exc: BaseException) -> ConfigError | None:
-    """The ConfigError behind `exc`, if any (Hydra's instantiate wraps exceptions raised in __init__)."""
+    """The user mistake behind `exc`, if any: a ConfigError, or Lightning's MisconfigurationException (a
+    Trainer argument Lightning refuses), as a one-line ConfigError. Hydra's instantiate wraps them."""
     while exc is not None:
         if isinstance(exc, ConfigError):
             return exc
+        if isinstance(exc, MisconfigurationException):
+            return ConfigError(" ".join(str(exc).split()))
         exc = exc.__cause__ or exc.__context__
     return None
 
@@ -287,7 +278,7 @@ class SweepJobError(hydra.errors.CompactHydraException):
     sweep goes on, and the message is printed as one line."""
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Returns the task's metric (for Hydra sweepers); a user mistake prints one line and exits 2 (in a
     sweep: fails that job only)."""
@@ -300,6 +291,11 @@ def main(cfg: DictConfig) -> float | None:
             raise
         if multirun:
             raise SweepJobError(f"error: {error}") from None
+        _remove_unused_run_dir(Path(HydraConfig.get().runtime.output_dir))
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
     return metrics.get(cfg.metric)
+
+
+if __name__ == "__main__":
+    main()

@@ -5,11 +5,11 @@ cannot be solved without attention, and with one head a trained model's attentio
 anti-diagonal: an easy first picture of what attention learns.
 """
 
-import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import require
 
 
@@ -32,8 +32,14 @@ class ReverseDataset(Dataset):
         return self.data[index], self.labels[index]
 
 
-class ReverseDataModule(L.LightningDataModule):
-    """Train / val / test splits of the reverse task, each from its own seed (seed, seed + 1, seed + 2)."""
+class ReverseDataModule(TaskDataModule):
+    """Train / val / test splits of the reverse task, each from its own seed (seed, seed + 1, seed + 2).
+
+    Tokens are the digits "0" .. "9" (`num_categories` of them), written apart: "3 1 3 9".
+    """
+
+    architectures = ("encoder",)
+    separator = " "
 
     def __init__(
         self,
@@ -66,21 +72,12 @@ class ReverseDataModule(L.LightningDataModule):
         self.batch_size = batch_size
         self.num_workers = num_workers
 
-    # What the model is sized from.
     @property
     def vocab(self) -> list[str]:
         return [str(i) for i in range(self.num_categories)]
 
     @property
-    def vocab_size(self) -> int:
-        return self.num_categories
-
-    @property
-    def num_classes(self) -> int:
-        return self.num_categories
-
-    @property
-    def block_size(self) -> int:
+    def max_len(self) -> int:
         return self.seq_len
 
     def setup(self, stage: str | None = None) -> None:

@@ -11,66 +11,20 @@ import os
 import re
 import tempfile
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
-import lightning as L
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
+from transformer_lab.data.task import TaskDataModule
+from transformer_lab.data.tokenizer import Tokenizer
 from transformer_lab.errors import ConfigError, require
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 DOWNLOAD_TIMEOUT_S = 30
-
-
-class CharTokenizer:
-    """Maps each character of a fixed vocabulary to its index and back.
-
-    `CharTokenizer.from_text(text)` uses the sorted set of the text's characters (65 for Tiny Shakespeare);
-    `CharTokenizer(vocab)` rebuilds the same mapping from a saved list, e.g. the one in a checkpoint.
-    """
-
-    def __init__(self, vocab: Sequence[str]):
-        vocab = list(vocab)
-        require(len(vocab) > 0, "the vocabulary is empty; build the tokenizer from a non-empty text")
-        bad = [v for v in vocab if not (isinstance(v, str) and len(v) == 1)]
-        require(not bad, f"vocabulary entries must be single characters, got {bad[:5]!r}")
-        require(
-            len(set(vocab)) == len(vocab), "the vocabulary lists a character twice; entries must be unique"
-        )
-        self._itos = vocab
-        self._stoi = {c: i for i, c in enumerate(vocab)}
-
-    @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
-        return cls(sorted(set(text)))
-
-    @property
-    def vocab(self) -> list[str]:
-        return list(self._itos)
-
-    def __len__(self) -> int:
-        return len(self._itos)
-
-    def encode(self, text: str) -> Tensor:
-        """The text as a LongTensor of indices, shape [len(text)]."""
-        unknown = sorted(set(text) - self._stoi.keys())
-        if unknown:
-            listed = ", ".join(repr(c) for c in unknown[:20]) + (" ..." if len(unknown) > 20 else "")
-            raise ConfigError(
-                f"the text contains {len(unknown)} character(s) not in the vocabulary: {listed}; "
-                f"use only characters in the checkpoint's vocabulary: {''.join(self._itos)!r}"
-            )
-        return torch.tensor(list(map(self._stoi.__getitem__, text)), dtype=torch.long)
-
-    def decode(self, ids: Tensor | Sequence[int]) -> str:
-        """The text for a 1-D tensor or list of indices."""
-        if isinstance(ids, Tensor):
-            ids = ids.tolist()
-        return "".join(self._itos[i] for i in ids)
 
 
 def _sha256(path: Path) -> str:
@@ -204,7 +158,7 @@ class FixedWindowBatches(Dataset):
         return windows(self.data, self.starts[index], self.block_size)
 
 
-class ShakespeareDataModule(L.LightningDataModule):
+class ShakespeareDataModule(TaskDataModule):
     """Next-character prediction on a text file (Tiny Shakespeare by default, downloaded if missing).
 
     The first `train_fraction` of the characters are the train split and the rest the val split; the test
@@ -213,6 +167,9 @@ class ShakespeareDataModule(L.LightningDataModule):
     A train epoch is `batches_per_epoch` batches of random windows; val and test are `val_batches` batches
     of windows drawn once from `seed`. The file is read on first use of `vocab`, `tokenizer`, `data`, ...
     """
+
+    architectures = ("decoder",)
+    separator = ""  # one token per character
 
     def __init__(
         self,
@@ -258,7 +215,7 @@ class ShakespeareDataModule(L.LightningDataModule):
         self.val_batches = val_batches
         self.sha256 = sha256
         self.seed = seed
-        self._tokenizer: CharTokenizer | None = None
+        self._tokenizer: Tokenizer | None = None
         self._data: Tensor | None = None
         self._n_train = 0
 
@@ -268,7 +225,7 @@ class ShakespeareDataModule(L.LightningDataModule):
             SHAKESPEARE_URL if self.sha256 is not None and self.sha256.lower() == SHAKESPEARE_SHA256 else None
         )
         text = read_text(ensure_text_file(self.path, url=url, sha256=self.sha256))
-        tokenizer = CharTokenizer.from_text(text)
+        tokenizer = Tokenizer.from_text(text)
         data = tokenizer.encode(text)
         n_train = int(self.train_fraction * len(data))
         for split, length in (("train", n_train), ("val", len(data) - n_train)):
@@ -280,7 +237,7 @@ class ShakespeareDataModule(L.LightningDataModule):
         self._tokenizer, self._data, self._n_train = tokenizer, data, n_train
 
     @property
-    def tokenizer(self) -> CharTokenizer:
+    def tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
             self._load()
         return self._tokenizer
@@ -300,18 +257,13 @@ class ShakespeareDataModule(L.LightningDataModule):
     def val_data(self) -> Tensor:
         return self.data[self._n_train :]
 
-    # What the model is sized from.
     @property
     def vocab(self) -> list[str]:
         return self.tokenizer.vocab
 
     @property
-    def vocab_size(self) -> int:
-        return len(self.tokenizer)
-
-    @property
-    def num_classes(self) -> int:
-        return self.vocab_size
+    def max_len(self) -> int:
+        return self.block_size
 
     def _loader(self, dataset: Dataset) -> DataLoader:
         return DataLoader(

@@ -2,10 +2,10 @@
 
 Two code paths compute the same function:
 
-* the hand-written path (`scaled_dot_product`) materialises the attention matrix, so it can be returned,
-  plotted and differentiated (explainability);
+* the hand-written path (`attention_pattern`, `scaled_dot_product`) materialises the attention matrix,
+  so it can be read, replaced and differentiated through the `hook_pattern` hook point;
 * the fused path (`torch.nn.functional.scaled_dot_product_attention`) never materialises it and is what
-  training and generation use.
+  training and generation use while nothing is hooked there.
 
 Masks follow one convention everywhere: ``mask == 0`` (or ``False``) means "this query may not look at
 this key".
@@ -16,6 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from transformer_lab.nn.hooks import HookPoint
 
 
 def expand_mask(mask: Tensor) -> Tensor:
@@ -45,18 +47,28 @@ def causal_mask(num_queries: int, num_keys: int, device: torch.device | None = N
     return torch.tril(ones, diagonal=num_keys - num_queries)
 
 
+def attention_pattern(q: Tensor, k: Tensor, mask: Tensor | None = None, scale: bool = True) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)): [..., Tq, d_k] x [..., Tk, d_k] -> [..., Tq, Tk].
+
+    Each row is a probability distribution over the keys, exactly 0 where the mask is 0. Dividing by
+    sqrt(d_k) keeps the scores' variance near 1 for unit-variance q and k, so the softmax does not
+    saturate (`scale=False` leaves it out, to see why it is there).
+    """
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    if scale:
+        scores = scores / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(expand_mask(mask) == 0, torch.finfo(scores.dtype).min)
+    return F.softmax(scores, dim=-1)
+
+
 def scaled_dot_product(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (Vaswani et al., 2017, eq. 1).
 
     q: [..., Tq, d_k], k: [..., Tk, d_k], v: [..., Tk, d_v]; mask broadcastable to [B, H, Tq, Tk] by
-    `expand_mask`. Returns (values [..., Tq, d_v], attention [..., Tq, Tk]); each attention row is a
-    probability distribution over keys, exactly 0 where the mask is 0.
-    Dividing by sqrt(d_k) keeps the logits' variance near 1, so the softmax does not saturate.
+    `expand_mask`. Returns (values [..., Tq, d_v], attention [..., Tq, Tk]).
     """
-    logits = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.size(-1))
-    if mask is not None:
-        logits = logits.masked_fill(expand_mask(mask) == 0, torch.finfo(logits.dtype).min)
-    attention = F.softmax(logits, dim=-1)
+    attention = attention_pattern(q, k, mask)
     return torch.matmul(attention, v), attention
 
 
@@ -65,7 +77,7 @@ class KVCache:
 
     Preallocated to `max_len` positions; `update` writes the new keys/values after the cached ones and
     returns everything cached so far. Positions are absolute, so a full cache cannot slide: the caller
-    (`TransformerPredictor.generate`) decides what to re-encode when it is full.
+    (`DecoderLM.generate`) decides what to re-encode when it is full.
     """
 
     def __init__(self, batch: int, num_heads: int, max_len: int, head_dim: int, like: Tensor):
@@ -95,17 +107,26 @@ class MultiheadAttention(nn.Module):
     One fused linear layer computes Q, K and V for all heads. Its output is laid out [q | k | v], each
     [head_1 | ... | head_h], which is exactly `torch.nn.MultiheadAttention.in_proj_weight`, so weights
     transfer between the two (a test checks they agree). `bias=False` drops the projections' biases.
+
+    Hook points: `hook_q`, `hook_k`, `hook_v` and `hook_z` (the heads' outputs before W^O), each
+    [B, T, H, d_head]; `hook_pattern`, the softmax weights [B, H, T_query, T_key].
     """
 
-    def __init__(self, input_dim: int, embed_dim: int, num_heads: int, bias: bool = True):
+    def __init__(self, input_dim: int, embed_dim: int, num_heads: int, bias: bool = True, scale: bool = True):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
+        self.scale = scale
         self.qkv_proj = nn.Linear(input_dim, 3 * embed_dim, bias=bias)
         self.o_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.hook_q = HookPoint()
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
         self._reset_parameters()
 
     def _reset_parameters(self) -> None:
@@ -114,6 +135,11 @@ class MultiheadAttention(nn.Module):
             nn.init.xavier_uniform_(proj.weight)
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
+
+    def _heads(self, x: Tensor, hook: HookPoint) -> Tensor:
+        """[B, T, embed_dim] -> hooked as [B, T, H, d_head] -> [B, H, T, d_head] for the matmuls."""
+        batch, seq_len, _ = x.shape
+        return hook(x.view(batch, seq_len, self.num_heads, self.head_dim)).transpose(1, 2)
 
     def forward(
         self,
@@ -126,35 +152,38 @@ class MultiheadAttention(nn.Module):
         """x: [B, T, input_dim] -> [B, T, embed_dim] (and attention [B, H, T, T_keys] if asked).
 
         `causal=True` adds the causal mask (position t attends to positions <= t). `kv_cache` prepends
-        the cached keys/values of earlier positions. `return_attention=True` takes the hand-written path
-        so the attention weights can be returned and differentiated; otherwise the fused kernel runs.
+        the cached keys/values of earlier positions. The attention weights are computed explicitly when
+        they are asked for (`return_attention`, the course tutorial's way) or `hook_pattern` is hooked;
+        otherwise the fused kernel runs.
         """
         batch, seq_len, _ = x.shape
-        # Split [q | k | v] along features, then heads: views whose backward is one concatenation
-        # (a [B, T, 3, H, d] view permuted to the front would need a stack plus a copy).
-        q, k, v = (
-            z.view(batch, seq_len, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, head_dim]
-            for z in self.qkv_proj(x).split(self.embed_dim, dim=-1)
-        )
+        # Split [q | k | v] along features, then heads: views whose backward is one concatenation.
+        q, k, v = self.qkv_proj(x).split(self.embed_dim, dim=-1)
+        q, k, v = self._heads(q, self.hook_q), self._heads(k, self.hook_k), self._heads(v, self.hook_v)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)
         num_keys = k.size(2)
+        explicit = return_attention or self.hook_pattern.is_hooked
+        scale = None if self.scale else 1.0  # the fused kernel's default is 1 / sqrt(d_head)
 
         # The fused kernel needs no mask tensor for plain causal attention: `is_causal` covers Tq == Tk,
         # and a single query (decoding with a KV cache) is the newest position, which sees every key.
-        implicit_causal = causal and mask is None and not return_attention and seq_len in (1, num_keys)
+        implicit_causal = causal and mask is None and not explicit and seq_len in (1, num_keys)
         if causal and not implicit_causal:
             causal_part = causal_mask(seq_len, num_keys, device=x.device)
             mask = causal_part if mask is None else expand_mask(mask).bool() & causal_part
 
-        if return_attention:
-            values, attention = scaled_dot_product(q, k, v, mask=mask)
+        attention = None
+        if explicit:
+            attention = self.hook_pattern(attention_pattern(q, k, mask, self.scale))
+            values = torch.matmul(attention, v)
         elif implicit_causal:
-            values = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1)
+            values = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1, scale=scale)
         elif mask is None:
-            values = F.scaled_dot_product_attention(q, k, v)
+            values = F.scaled_dot_product_attention(q, k, v, scale=scale)
         else:
-            values = F.scaled_dot_product_attention(q, k, v, attn_mask=expand_mask(mask).bool())
+            values = F.scaled_dot_product_attention(q, k, v, attn_mask=expand_mask(mask).bool(), scale=scale)
 
-        out = self.o_proj(values.transpose(1, 2).reshape(batch, seq_len, self.embed_dim))
+        z = self.hook_z(values.transpose(1, 2))  # [B, T, H, d_head]
+        out = self.o_proj(z.reshape(batch, seq_len, self.embed_dim))
         return (out, attention) if return_attention else out

@@ -1,12 +1,13 @@
-"""Transformer blocks and stacks.
+"""Transformer blocks: the position-wise MLP, the encoder block and a stack of encoder blocks.
 
-A decoder-only (GPT-style) model is the same stack with a causal mask: there is no cross-attention, so
-`TransformerDecoder` is `TransformerEncoder(causal=True)`.
+A decoder-only (GPT-style) model uses the same block with `causal=True`: without cross-attention, a
+decoder block is an encoder block whose attention only looks back.
 """
 
 from torch import Tensor, nn
 
 from transformer_lab.nn.attention import KVCache, MultiheadAttention
+from transformer_lab.nn.hooks import HookedModule, HookPoint
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
 
@@ -17,13 +18,36 @@ def make_dropout(p: float) -> nn.Module:
     return nn.Dropout(p) if p > 0 else nn.Identity()
 
 
-class EncoderBlock(nn.Module):
+class MLP(nn.Module):
+    """FFN(x) = W_2 act(W_1 x + b_1) + b_2, applied to every position on its own (Vaswani et al., eq. 2).
+
+    Hook point `hook_post`: the hidden activation act(W_1 x + b_1), [B, T, dim_feedforward].
+    """
+
+    def __init__(self, dim: int, dim_feedforward: int, activation: str, dropout: float, bias: bool = True):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"model.activation={activation!r} is unknown; use one of {sorted(ACTIVATIONS)}")
+        self.fc_in = nn.Linear(dim, dim_feedforward, bias=bias)
+        self.act = ACTIVATIONS[activation]()
+        self.hook_post = HookPoint()
+        self.dropout = make_dropout(dropout)
+        self.fc_out = nn.Linear(dim_feedforward, dim, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc_out(self.dropout(self.hook_post(self.act(self.fc_in(x)))))
+
+
+class EncoderBlock(HookedModule):
     """Self-attention then a position-wise MLP, each wrapped in a residual connection and LayerNorm.
 
     Post-norm (the original Transformer, `norm_first=False`):  x = LN(x + Attn(x)); x = LN(x + MLP(x)).
     Pre-norm (GPT-2 and later, `norm_first=True`):             x = x + Attn(LN(x)); x = x + MLP(LN(x)).
     Pre-norm keeps an identity path from input to output and trains deep stacks without careful warmup.
     `bias=False` drops the additive biases of every Linear and LayerNorm (nanoGPT's default).
+
+    Hook points, in forward order: `hook_resid_pre` (the block's input), the attention's, `hook_attn_out`,
+    `hook_resid_mid` (the stream between attention and MLP), the MLP's, `hook_mlp_out`, `hook_resid_post`.
     """
 
     def __init__(
@@ -35,86 +59,48 @@ class EncoderBlock(nn.Module):
         norm_first: bool = False,
         activation: str = "relu",
         bias: bool = True,
+        scale_attention: bool = True,
     ):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"model.activation={activation!r} is unknown; use one of {sorted(ACTIVATIONS)}")
         self.norm_first = norm_first
-        self.self_attn = MultiheadAttention(input_dim, input_dim, num_heads, bias=bias)
-        self.linear_net = nn.Sequential(
-            nn.Linear(input_dim, dim_feedforward, bias=bias),
-            ACTIVATIONS[activation](),
-            make_dropout(dropout),
-            nn.Linear(dim_feedforward, input_dim, bias=bias),
-        )
+        self.hook_resid_pre = HookPoint()
         self.norm1 = nn.LayerNorm(input_dim, bias=bias)
+        self.attn = MultiheadAttention(input_dim, input_dim, num_heads, bias=bias, scale=scale_attention)
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint()
         self.norm2 = nn.LayerNorm(input_dim, bias=bias)
+        self.mlp = MLP(input_dim, dim_feedforward, activation, dropout, bias)
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
         self.dropout = make_dropout(dropout)
 
     def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        causal: bool = False,
-        kv_cache: KVCache | None = None,
-        return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """x: [B, T, D] -> [B, T, D] (and the attention weights [B, H, T, T] if `return_attention`)."""
-        attn_input = self.norm1(x) if self.norm_first else x
-        attn = self.self_attn(attn_input, mask, return_attention, causal, kv_cache)
-        attn_out, attention = attn if return_attention else (attn, None)
+        self, x: Tensor, mask: Tensor | None = None, causal: bool = False, kv_cache: KVCache | None = None
+    ) -> Tensor:
+        """x: [B, T, D] -> [B, T, D]. `mask == 0` hides a key from a query; `causal` hides later keys."""
+        x = self.hook_resid_pre(x)
         if self.norm_first:
-            x = x + self.dropout(attn_out)
-            x = x + self.dropout(self.linear_net(self.norm2(x)))
+            x = self.hook_resid_mid(x + self._attention(self.norm1(x), mask, causal, kv_cache))
+            x = x + self.hook_mlp_out(self.dropout(self.mlp(self.norm2(x))))
         else:
-            x = self.norm1(x + self.dropout(attn_out))
-            x = self.norm2(x + self.dropout(self.linear_net(x)))
-        return (x, attention) if return_attention else x
+            x = self.hook_resid_mid(self.norm1(x + self._attention(x, mask, causal, kv_cache)))
+            x = self.norm2(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
+        return self.hook_resid_post(x)
+
+    def _attention(self, x: Tensor, mask: Tensor | None, causal: bool, kv_cache: KVCache | None) -> Tensor:
+        return self.hook_attn_out(self.dropout(self.attn(x, mask, causal=causal, kv_cache=kv_cache)))
 
 
-class TransformerEncoder(nn.Module):
-    """`num_layers` EncoderBlocks in sequence (plus a final LayerNorm when the blocks are pre-norm).
+class TransformerEncoder(HookedModule):
+    """`num_layers` EncoderBlocks in sequence, as in the course tutorial: embedded input [B, T, D] in,
+    [B, T, D] out. The models of `transformer_lab.nn.models` add embeddings, a final norm and an output
+    layer around the same blocks."""
 
-    `causal=True` makes every block attend only to earlier positions: a decoder-only language model.
-    """
-
-    def __init__(self, num_layers: int, causal: bool = False, **block_args):
+    def __init__(self, num_layers: int, **block_args: object):
         super().__init__()
-        self.causal = causal
-        self.layers = nn.ModuleList([EncoderBlock(**block_args) for _ in range(num_layers)])
-        norm_first, bias = block_args.get("norm_first", False), block_args.get("bias", True)
-        self.final_norm = nn.LayerNorm(block_args["input_dim"], bias=bias) if norm_first else nn.Identity()
+        self.blocks = nn.ModuleList([EncoderBlock(**block_args) for _ in range(num_layers)])
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        kv_caches: list[KVCache] | None = None,
-        return_attention: bool = False,
-    ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """x: [B, T, D] -> [B, T, D]; with `return_attention`, also every layer's attention weights
-        [B, H, T, T], computed by the hand-written path in this same pass."""
-        maps = []
-        for i, layer in enumerate(self.layers):
-            kv_cache = None if kv_caches is None else kv_caches[i]
-            x = layer(x, mask=mask, causal=self.causal, kv_cache=kv_cache, return_attention=return_attention)
-            if return_attention:
-                x, attention = x
-                maps.append(attention)
-        x = self.final_norm(x)
-        return (x, maps) if return_attention else x
-
-    def get_attention_maps(self, x: Tensor, mask: Tensor | None = None) -> list[Tensor]:
-        """Attention weights of every layer, [B, H, T, T] each, from one forward pass with the mask.
-
-        The weights are the softmax outputs that multiply V, still in the autograd graph, so gradients
-        with respect to them can be taken (gradient-weighted attention).
-        """
-        return self(x, mask=mask, return_attention=True)[1]
-
-
-class TransformerDecoder(TransformerEncoder):
-    """Decoder-only stack (GPT): a `TransformerEncoder` whose blocks use a causal mask."""
-
-    def __init__(self, num_layers: int, **block_args):
-        super().__init__(num_layers, causal=True, **block_args)
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        for block in self.blocks:
+            x = block(x, mask=mask)
+        return x

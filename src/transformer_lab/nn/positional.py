@@ -32,10 +32,14 @@ class PositionalEncoding(nn.Module):
         # persistent=False: a pure function of (max_len, d_model), rebuilt on load, not stored in checkpoints.
         self.register_buffer("pe", pe.unsqueeze(0), persistent=False)
 
+    def encoding(self, seq_len: int, offset: int = 0) -> Tensor:
+        """PE of positions offset .. offset + seq_len - 1: [1, seq_len, d_model]."""
+        _check_fits(seq_len, offset, self.pe.size(1))
+        return self.pe[:, offset : offset + seq_len]
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x: [B, T, d_model], the tokens at absolute positions offset .. offset + T - 1."""
-        _check_fits(x.size(1), offset, self.pe.size(1))
-        return x + self.pe[:, offset : offset + x.size(1)]
+        return x + self.encoding(x.size(1), offset)
 
 
 class LearnedPositionalEncoding(nn.Module):
@@ -46,13 +50,25 @@ class LearnedPositionalEncoding(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=0.02)
 
+    def encoding(self, seq_len: int, offset: int = 0) -> Tensor:
+        """P[offset : offset + seq_len] as [1, seq_len, d_model]: a view of the table, no lookup."""
+        _check_fits(seq_len, offset, self.embedding.num_embeddings)
+        return self.embedding.weight[offset : offset + seq_len].unsqueeze(0)
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        _check_fits(x.size(1), offset, self.embedding.num_embeddings)
-        return x + self.embedding.weight[offset : offset + x.size(1)]  # rows offset.. of P: a view, no lookup
+        return x + self.encoding(x.size(1), offset)
 
 
 class NoPositionalEncoding(nn.Module):
     """No positions at all: the model sees a bag of tokens (useful to show why positions matter)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.register_buffer("zero", torch.zeros(1, 1, d_model), persistent=False)  # follows .to(device)
+
+    def encoding(self, seq_len: int, offset: int = 0) -> Tensor:
+        """Zeros [1, seq_len, d_model]."""
+        return self.zero.expand(1, seq_len, -1)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         return x
@@ -65,5 +81,5 @@ def make_positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_len)
     if kind == "none":
-        return NoPositionalEncoding()
+        return NoPositionalEncoding(d_model)
     raise ValueError(f"model.positional_encoding={kind!r} is unknown; use sinusoidal, learned or none")

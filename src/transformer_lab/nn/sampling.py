@@ -3,8 +3,6 @@
 import torch
 from torch import Tensor
 
-from transformer_lab.errors import require
-
 
 def sample_next_token(
     logits: Tensor,
@@ -36,7 +34,10 @@ def sample_next_token(
 
 
 def check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    """Raise ConfigError naming the bad argument."""
-    require(temperature >= 0, f"temperature={temperature} must be >= 0 (0 means greedy)")
-    require(top_k is None or top_k >= 1, f"top_k={top_k} must be a positive integer (or null for no limit)")
-    require(top_p is None or 0 < top_p <= 1, f"top_p={top_p} must be in (0, 1] (or null for no limit)")
+    """Raise ValueError naming the bad argument."""
+    if not temperature >= 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy)")
+    if top_k is not None and not top_k >= 1:
+        raise ValueError(f"top_k={top_k} must be a positive integer (or null for no limit)")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p} must be in (0, 1] (or null for no limit)")
