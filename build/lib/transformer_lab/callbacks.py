@@ -1,0 +1,272 @@
+"""Lightning callbacks."""
+
+import math
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.loggers import TensorBoardLogger
+from torch import Tensor
+
+from transformer_lab import explain, plots
+from transformer_lab.data.task import TaskDataModule
+from transformer_lab.errors import TrainingDiverged, require
+
+
+class BestCheckpoint(Checkpoint):
+    """Keep `<dirpath>/best.ckpt`: the weights with the best `monitor` value of all validations so far.
+
+    It saves only right after a validation, with the weights that validation measured, so `best.ckpt`
+    always holds weights whose score was measured (training that stops between validations does not
+    touch it). Ties go to the newer weights: accuracy saturates (the reverse task reaches val/acc 1.0
+    epochs before training ends, while its loss keeps falling), and the later model is the better one.
+    """
+
+    def __init__(self, dirpath: str, monitor: str, mode: str = "max"):
+        require(mode in ("min", "max"), f"metric_mode={mode!r} must be min or max")
+        self.path = f"{dirpath}/best.ckpt"
+        self.monitor = monitor
+        self.mode = mode
+        self.best_model_path = ""
+        self.best_model_score: float | None = None
+
+    def _improves(self, score: float) -> bool:
+        if not math.isfinite(score):
+            return False
+        best = self.best_model_score
+        return best is None or (score >= best if self.mode == "max" else score <= best)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn != "fit" or trainer.sanity_checking or trainer.fast_dev_run:
+            return
+        score = trainer.callback_metrics.get(self.monitor)
+        require(
+            score is not None,
+            f"metric={self.monitor} was not logged by validation; choose one of "
+            f"{sorted(k for k in trainer.callback_metrics if k.startswith('val/'))}",
+        )
+        score = float(score)  # validation already synchronised with the host
+        if self._improves(score):
+            trainer.save_checkpoint(self.path, weights_only=False)
+            self.best_model_path, self.best_model_score = self.path, score
+
+    def state_dict(self) -> dict:
+        return {
+            "monitor": self.monitor,
+            "best_model_path": self.best_model_path,
+            "best_model_score": self.best_model_score,
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if state_dict.get("monitor") == self.monitor:
+            self.best_model_score = state_dict.get("best_model_score")
+            self.best_model_path = state_dict.get("best_model_path", "")
+
+
+class LastCheckpoint(Checkpoint):
+    """Keep `<dirpath>/last.ckpt` current, to resume from: every `every_n_train_steps` optimisation steps,
+    after every validation, at the end of training, and on an exception or Ctrl-C, so a run that dies at
+    90% loses at most `every_n_train_steps` steps. Not after the loss diverged: the last good state stays.
+
+    A `Checkpoint` subclass, so Lightning runs it after the other callbacks (and after BestCheckpoint,
+    listed before it, whose state it then saves up to date). The save at the end of training records
+    that training finished and after how many epochs (`finished_epochs`), so resuming a finished run
+    under the same limits is refused in one line instead of writing a run that trains nothing.
+    """
+
+    def __init__(self, dirpath: str, every_n_train_steps: int | None = 200):
+        require(
+            every_n_train_steps is None or (isinstance(every_n_train_steps, int) and every_n_train_steps > 0),
+            f"callbacks.last_checkpoint.every_n_train_steps={every_n_train_steps!r} must be a positive "
+            "integer (or null: only after validation)",
+        )
+        self.path = f"{dirpath}/last.ckpt"
+        self.every_n_train_steps = every_n_train_steps
+        self.finished_epochs: int | None = None
+        self._saved_step: int | None = None
+
+    def state_dict(self) -> dict:
+        return {"finished_epochs": self.finished_epochs}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        pass  # a resumed run has not finished, whatever the run it resumes had done
+
+    def _save(self, trainer: L.Trainer, again: bool = False) -> None:
+        if trainer.fast_dev_run or trainer.sanity_checking:
+            return
+        if self._saved_step == trainer.global_step and not again:
+            return
+        trainer.save_checkpoint(self.path, weights_only=False)
+        self._saved_step = trainer.global_step
+
+    def due(self, trainer: L.Trainer) -> bool:
+        """Whether this training step is one that saves `last.ckpt`."""
+        return bool(self.every_n_train_steps) and trainer.global_step % self.every_n_train_steps == 0
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if self.due(trainer):
+            self._save(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit":
+            self._save(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.finished_epochs = trainer.current_epoch
+        self._save(trainer, again=True)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if isinstance(exception, TrainingDiverged) or trainer.state.fn != "fit" or trainer.global_step == 0:
+            return
+        if not all(torch.isfinite(p).all() for p in pl_module.parameters()):
+            return  # diverged since FiniteLossCheck last looked: keep the last good state
+        self._save(trainer)
+        if trainer.is_global_zero:
+            print(f"Saved {self.path} at step {trainer.global_step}; resume with ckpt_path={self.path}")
+
+
+class FiniteLossCheck(L.Callback):
+    """Stop training with a clear message when the training loss becomes NaN or infinite.
+
+    Reading a GPU tensor on the host waits for the GPU to finish all queued work (a host-device sync), so
+    the loss is not read every step. Each step adds it to a running sum on its device (NaN and inf survive
+    a sum, so the sum is finite exactly when every loss in it was). The sum is read only where the host
+    reads values anyway or must know before writing: on the steps Lightning logs (every
+    `trainer.log_every_n_steps`), on the steps `LastCheckpoint` saves, before validation and at the end
+    of training. These hooks run before the checkpoint callbacks', so diverged weights are never saved:
+    `last.ckpt` keeps the last good state.
+    """
+
+    def __init__(self) -> None:
+        self._loss_sum: Tensor | None = None  # training losses since the last read, summed on the device
+        self._checked_step = 0  # the global step at which the sum was last read (and found finite)
+        self._last_checkpoints: list[LastCheckpoint] = []
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._loss_sum = torch.zeros((), device=pl_module.device)
+        self._checked_step = trainer.global_step
+        self._last_checkpoints = [c for c in trainer.checkpoint_callbacks if isinstance(c, LastCheckpoint)]
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, *args: object
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            self._loss_sum.add_(loss.detach())  # queued on the device: no host sync
+        every = trainer.log_every_n_steps  # the steps Lightning writes metrics on (host reads anyway)
+        logs = every > 0 and trainer.global_step % every == 0
+        if logs or trainer.should_stop or any(c.due(trainer) for c in self._last_checkpoints):
+            self._stop_if_diverged(trainer)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit":
+            self._stop_if_diverged(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop_if_diverged(trainer)
+
+    def _stop_if_diverged(self, trainer: L.Trainer) -> None:
+        if self._loss_sum is None:
+            return
+        total = self._loss_sum.item()  # the one host read
+        step = trainer.global_step
+        if math.isfinite(total):
+            self._loss_sum.zero_()
+            self._checked_step = step
+            return
+        first = self._checked_step + 1
+        when = f"at step {step}" if first == step else f"between step {first} and step {step}"
+        last = self._last_checkpoints[0].path if self._last_checkpoints else "none"
+        raise TrainingDiverged(
+            f"training stopped: the loss became {total} {when}; "
+            f"last good checkpoint: {last}; lower model.lr or set trainer.gradient_clip_val"
+        )
+
+
+def _tensorboard_logger_due(trainer: L.Trainer, every_n_epochs: int) -> TensorBoardLogger | None:
+    """The run's TensorBoard logger if a figure or sample is due after this validation: on rank 0, not in
+    the sanity check, every `every_n_epochs`-th epoch. None otherwise (or when there is no such logger)."""
+    if trainer.sanity_checking or not trainer.is_global_zero or trainer.current_epoch % every_n_epochs:
+        return None
+    return next((lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)), None)
+
+
+class AttentionMapCallback(L.Callback):
+    """Log the attention grid (rows = layers, columns = heads) of one fixed validation example to
+    TensorBoard as the image `attention/val_example`, after every `every_n_epochs`-th validation.
+
+    The example is the task's first validation example, cut to its first `max_tokens` tokens so the
+    figure stays readable and cheap (for a causal decoder the cut changes nothing before it). Does
+    nothing without a TensorBoard logger or a task, on other ranks than 0, and during the sanity check.
+    """
+
+    def __init__(self, every_n_epochs: int = 1, max_tokens: int = 32):
+        require(
+            isinstance(every_n_epochs, int) and every_n_epochs > 0,
+            f"callbacks.attention_maps.every_n_epochs={every_n_epochs!r} must be a positive integer",
+        )
+        self.every_n_epochs = every_n_epochs
+        self.max_tokens = max_tokens
+        self._example: tuple[Tensor, ...] | None = None
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logger = _tensorboard_logger_due(trainer, self.every_n_epochs)
+        task = trainer.datamodule
+        if logger is None or not isinstance(task, TaskDataModule):
+            return
+        if self._example is None:
+            inputs, _ = task.example(0, split="val")
+            self._example = tuple(x[:, : self.max_tokens] for x in inputs)
+        inputs = tuple(x.to(pl_module.device) for x in self._example)
+        with torch.no_grad():
+            maps = explain.attention_maps(pl_module.net, *inputs)
+        tokens = task.tokenizer.tokens(inputs[0][0])
+        title = f"Validation example, epoch {trainer.current_epoch}"
+        figure = plots.attention_grid(maps, tokens, title=title)
+        logger.experiment.add_figure("attention/val_example", figure, global_step=trainer.global_step)
+
+
+class TextSampleCallback(L.Callback):
+    """Log a short sample from a fixed prompt to TensorBoard (Text tab, `samples/val`) after
+    every `every_n_epochs`-th validation, so a run's writing can be read as it improves.
+
+    Only for models that generate (language models); does nothing for encoders, without a
+    TensorBoard logger, during the sanity check and on ranks other than 0. Seeded, so samples from
+    different epochs differ only because the model changed.
+    """
+
+    def __init__(
+        self,
+        prompt: str = "\n",
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: int | None = 40,
+        every_n_epochs: int = 1,
+        seed: int = 0,
+    ):
+        require(
+            isinstance(every_n_epochs, int) and every_n_epochs > 0,
+            f"callbacks.text_samples.every_n_epochs={every_n_epochs!r} must be a positive integer",
+        )
+        require(len(prompt) > 0, "callbacks.text_samples.prompt is empty; use at least one character")
+        self.prompt = prompt
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_k = top_k
+        self.every_n_epochs = every_n_epochs
+        self.seed = seed
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        logger = _tensorboard_logger_due(trainer, self.every_n_epochs)
+        task, net = trainer.datamodule, pl_module.net
+        if logger is None or not isinstance(task, TaskDataModule) or not hasattr(net, "generate"):
+            return
+        tokenizer = task.tokenizer
+        prompt = tokenizer.encode(self.prompt).unsqueeze(0).to(pl_module.device)
+        generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
+        out = net.generate(prompt, self.max_new_tokens, self.temperature, self.top_k, generator=generator)
+        text = tokenizer.decode(out[0].cpu())
+        # TensorBoard's text plugin renders Markdown: indent four spaces to keep line breaks as written.
+        logger.experiment.add_text("samples/val", "    " + text.replace("\n", "\n    "), trainer.global_step)

@@ -1,0 +1,114 @@
+"""Reading checkpoints safely (tensors and plain Python values only, never code), without Lightning.
+
+    model = load_model("saved_models/reverse/<run>/checkpoints/best.ckpt")   # a plain nn.Module, eval mode
+
+A checkpoint holds the model's config (`hyper_parameters["net"]`) and weights (`state_dict`, under
+`net.`), and a record of its task (`task`: its class and how its text is written, with Lightning's
+`datamodule_hyper_parameters`), from which the tools rebuild the tokenizer and the task's examples.
+"""
+
+import importlib
+from pathlib import Path
+
+import torch
+
+from transformer_lab.errors import ConfigError, require
+from transformer_lab.nn import ModelConfig, TransformerStack, build_model
+
+RETRAIN = "retrain it with this version: python train.py task=<its task> <its settings>"
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """torch.load(path, weights_only=True) with a one-line ConfigError for every way a file can be bad."""
+    path = Path(path)
+    require(path.is_file(), f"checkpoint {path} does not exist; pass e.g. <run>/checkpoints/best.ckpt")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch.load raises many types for a bad file; all mean "not loadable"
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        if "Weights only load failed" in str(exc):
+            raise ConfigError(
+                f"refusing to load {path}: it holds objects other than tensors and plain values, and "
+                f"unpickling them could run code ({first_line})"
+            ) from exc
+        reason = f"{type(exc).__name__}: {first_line}"
+        raise ConfigError(
+            f"{path} is not a readable checkpoint (truncated, or not a torch file): {reason}"
+        ) from exc
+    require(
+        isinstance(checkpoint, dict) and "state_dict" in checkpoint and "hyper_parameters" in checkpoint,
+        f"{path} is not a transformer-lab checkpoint (no state_dict / hyper_parameters)",
+    )
+    return checkpoint
+
+
+def model_from_checkpoint(
+    checkpoint: dict, path: str | Path = "checkpoint", map_location: str | torch.device = "cpu"
+) -> TransformerStack:
+    """The model a checkpoint holds, rebuilt from its config and weights, in eval mode."""
+    net = checkpoint["hyper_parameters"].get("net")
+    require(
+        isinstance(net, dict),
+        f"{path} was written by an older transformer-lab (no model config 'net' in its "
+        f"hyperparameters) and cannot be read; {RETRAIN}",
+    )
+    try:
+        model = build_model(ModelConfig(**net))
+        weights = {
+            k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")
+        }
+        model.load_state_dict(weights)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        first_line = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"{path} does not match this version's models ({first_line}); {RETRAIN}") from exc
+    return model.to(map_location).eval()
+
+
+def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> TransformerStack:
+    """The plain `nn.Module` of a checkpoint (EncoderClassifier, DecoderLM, ...), in eval mode, read with
+    `weights_only=True`. A bad file is a one-line ConfigError."""
+    return model_from_checkpoint(read_checkpoint(path), path, map_location)
+
+
+def task_record(checkpoint: dict, path: str | Path = "checkpoint") -> dict:
+    """The checkpoint's record of its task: {"class": module.Class, "separator": str}."""
+    record = checkpoint.get("task")
+    require(
+        isinstance(record, dict) and "class" in record and "separator" in record,
+        f"{path} has no record of its task (it was not trained by train.py); {RETRAIN}",
+    )
+    return record
+
+
+def tokenizer_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
+    """Text <-> ids as the checkpoint's task writes them (no data file needed)."""
+    from transformer_lab.data.tokenizer import Tokenizer
+
+    vocab = ModelConfig(**checkpoint["hyper_parameters"]["net"]).tokens
+    return Tokenizer(vocab, task_record(checkpoint, path)["separator"])
+
+
+def task_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
+    """The checkpoint's task (its TaskDataModule, rebuilt from its class and hyperparameters), to draw
+    its examples. Only a TaskDataModule subclass of this package's `data/` is ever imported and built."""
+    from transformer_lab.data.task import TaskDataModule
+
+    name = str(task_record(checkpoint, path)["class"])
+    require(
+        name.startswith("transformer_lab.data."),
+        f"{path} names the task {name}; only tasks in transformer_lab.data are rebuilt from a checkpoint "
+        "(use load_model and your task's own code)",
+    )
+    module_name, _, class_name = name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"{path} names the task {name}, which cannot be imported here ({exc})") from exc
+    require(
+        isinstance(cls, type) and issubclass(cls, TaskDataModule),
+        f"{path} names the task {name}, which is not a TaskDataModule; refusing to build it",
+    )
+    try:
+        return cls(**checkpoint.get("datamodule_hyper_parameters", {}))
+    except TypeError as exc:
+        raise ConfigError(f"{path}: its task {name} cannot be rebuilt here ({exc}); {RETRAIN}") from exc

@@ -1,0 +1,76 @@
+"""TaskDataModule: a task's data, and what the models and the tools need to know about it.
+
+Training, the callbacks and the scripts use a task only through this class, so a new task is one module
+in `data/` and one config in `configs/task/` (and `configs/data/`): see the README, "Add your own task".
+"""
+
+import lightning as L
+from torch import Tensor
+
+from transformer_lab.data.tokenizer import Tokenizer
+from transformer_lab.errors import ConfigError, require
+
+IGNORE_INDEX = -100  # a label the loss and the metrics skip (padding); F.cross_entropy's default
+
+
+class TaskDataModule(L.LightningDataModule):
+    """A LightningDataModule that also states what a model of the task must look like.
+
+    A subclass builds its splits as any LightningDataModule does (`setup`, `train_dataloader`, ...), with
+    batches laid out as `(*model inputs, labels)`: `(tokens, labels)` for the encoder and decoder models.
+    Labels equal to `IGNORE_INDEX` are skipped by the loss and the metrics. It states:
+
+    * `vocab`: the token strings; token id i is `vocab[i]`;
+    * `max_len`: the longest sequence a model reads;
+    * `architectures`: the `model.arch` values that can learn the task (`encoder`, `decoder`);
+    * `separator`: how tokens are written in text ("" for characters, " " for tokens written apart);
+    * `pad_id`, `bos_id`, `eos_id`: special tokens, None where the task has none;
+    * `num_classes`: an encoder's output classes, None for one per token.
+
+    From these it provides a `tokenizer` (text <-> ids) and `example(index)`, one example to inspect.
+    """
+
+    architectures: tuple[str, ...] = ("encoder",)
+    separator: str = " "
+    pad_id: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    num_classes: int | None = None
+
+    @property
+    def vocab(self) -> list[str]:
+        raise NotImplementedError(f"{type(self).__name__} must define the property `vocab`")
+
+    @property
+    def max_len(self) -> int:
+        raise NotImplementedError(f"{type(self).__name__} must define the property `max_len`")
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return Tokenizer(self.vocab, self.separator)
+
+    def model_settings(self) -> dict:
+        """The `ModelConfig` fields the task decides: vocabulary, special tokens, classes, positions."""
+        return {
+            "vocab_size": len(self.vocab),
+            "vocab": list(self.vocab),
+            "num_classes": self.num_classes,
+            "pad_id": self.pad_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+            "max_len": self.max_len,
+        }
+
+    def example(self, index: int = 0, split: str = "test") -> tuple[tuple[Tensor, ...], Tensor]:
+        """Example `index` of a split (`val` or `test`) as (model inputs, labels), a batch of one."""
+        require(split in ("val", "test"), f"split={split!r} must be val or test")
+        require(isinstance(index, int) and index >= 0, f"index={index!r} must be an integer >= 0")
+        self.setup("validate" if split == "val" else "test")
+        seen = 0
+        for batch in self.val_dataloader() if split == "val" else self.test_dataloader():
+            size = batch[0].size(0)
+            if index < seen + size:
+                row = slice(index - seen, index - seen + 1)
+                return tuple(t[row] for t in batch[:-1]), batch[-1][row]
+            seen += size
+        raise ConfigError(f"index={index} is not a {split} example; use an integer from 0 to {seen - 1}")

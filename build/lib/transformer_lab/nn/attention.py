@@ -1,0 +1,189 @@
+"""Scaled dot-product and multi-head attention.
+
+Two code paths compute the same function:
+
+* the hand-written path (`attention_pattern`, `scaled_dot_product`) materialises the attention matrix,
+  so it can be read, replaced and differentiated through the `hook_pattern` hook point;
+* the fused path (`torch.nn.functional.scaled_dot_product_attention`) never materialises it and is what
+  training and generation use while nothing is hooked there.
+
+Masks follow one convention everywhere: ``mask == 0`` (or ``False``) means "this query may not look at
+this key".
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_lab.nn.hooks import HookPoint
+
+
+def expand_mask(mask: Tensor) -> Tensor:
+    """Broadcast a mask to 4 dimensions [batch, heads, queries, keys].
+
+    2D [T, T] -> [1, 1, T, T] (one mask for every sequence and head), 3D [B, T, T] -> [B, 1, T, T]
+    (one per sequence, shared by heads), 4D is returned unchanged.
+    """
+    if mask.ndim < 2:
+        raise ValueError(
+            f"mask must have at least 2 dimensions [queries, keys], got shape {tuple(mask.shape)}"
+        )
+    if mask.ndim == 2:
+        return mask.unsqueeze(0).unsqueeze(0)
+    if mask.ndim == 3:
+        return mask.unsqueeze(1)
+    return mask
+
+
+def causal_mask(num_queries: int, num_keys: int, device: torch.device | None = None) -> Tensor:
+    """Boolean [Tq, Tk] mask letting query i see keys 0 .. (Tk - Tq + i).
+
+    With Tq == Tk this is the lower triangle; with a KV cache the queries are the last Tq positions of a
+    sequence of length Tk, so the triangle is shifted right by Tk - Tq.
+    """
+    ones = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
+    return torch.tril(ones, diagonal=num_keys - num_queries)
+
+
+def attention_pattern(q: Tensor, k: Tensor, mask: Tensor | None = None, scale: bool = True) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)): [..., Tq, d_k] x [..., Tk, d_k] -> [..., Tq, Tk].
+
+    Each row is a probability distribution over the keys, exactly 0 where the mask is 0. Dividing by
+    sqrt(d_k) keeps the scores' variance near 1 for unit-variance q and k, so the softmax does not
+    saturate (`scale=False` leaves it out, to see why it is there).
+    """
+    scores = torch.matmul(q, k.transpose(-2, -1))
+    if scale:
+        scores = scores / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(expand_mask(mask) == 0, torch.finfo(scores.dtype).min)
+    return F.softmax(scores, dim=-1)
+
+
+def scaled_dot_product(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (Vaswani et al., 2017, eq. 1).
+
+    q: [..., Tq, d_k], k: [..., Tk, d_k], v: [..., Tk, d_v]; mask broadcastable to [B, H, Tq, Tk] by
+    `expand_mask`. Returns (values [..., Tq, d_v], attention [..., Tq, Tk]).
+    """
+    attention = attention_pattern(q, k, mask)
+    return torch.matmul(attention, v), attention
+
+
+class KVCache:
+    """Keys and values of the positions already seen by one attention layer, for fast decoding.
+
+    Preallocated to `max_len` positions; `update` writes the new keys/values after the cached ones and
+    returns everything cached so far. Positions are absolute, so a full cache cannot slide: the caller
+    (`DecoderLM.generate`) decides what to re-encode when it is full.
+    """
+
+    def __init__(self, batch: int, num_heads: int, max_len: int, head_dim: int, like: Tensor):
+        shape = (batch, num_heads, max_len, head_dim)
+        self.k = torch.empty(shape, dtype=like.dtype, device=like.device)
+        self.v = torch.empty(shape, dtype=like.dtype, device=like.device)
+        self.length = 0
+
+    @property
+    def max_len(self) -> int:
+        return self.k.size(2)
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        new = k.size(2)
+        end = self.length + new
+        if end > self.max_len:
+            raise RuntimeError(f"KV cache overflow: {end} positions > capacity {self.max_len}")
+        self.k.narrow(2, self.length, new).copy_(k)  # narrow/copy_: cheaper to dispatch than slice-assign
+        self.v.narrow(2, self.length, new).copy_(v)
+        self.length = end
+        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
+
+
+class MultiheadAttention(nn.Module):
+    """MultiHead(X) = Concat(head_1, ..., head_h) W^O with head_i = Attention(X W_i^Q, X W_i^K, X W_i^V).
+
+    One fused linear layer computes Q, K and V for all heads. Its output is laid out [q | k | v], each
+    [head_1 | ... | head_h], which is exactly `torch.nn.MultiheadAttention.in_proj_weight`, so weights
+    transfer between the two (a test checks they agree). `bias=False` drops the projections' biases.
+
+    Hook points: `hook_q`, `hook_k`, `hook_v` and `hook_z` (the heads' outputs before W^O), each
+    [B, T, H, d_head]; `hook_pattern`, the softmax weights [B, H, T_query, T_key].
+    """
+
+    def __init__(self, input_dim: int, embed_dim: int, num_heads: int, bias: bool = True, scale: bool = True):
+        super().__init__()
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.scale = scale
+        self.qkv_proj = nn.Linear(input_dim, 3 * embed_dim, bias=bias)
+        self.o_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.hook_q = HookPoint()
+        self.hook_k = HookPoint()
+        self.hook_v = HookPoint()
+        self.hook_pattern = HookPoint()
+        self.hook_z = HookPoint()
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """Xavier-uniform weights and zero biases, as in the original Transformer implementation."""
+        for proj in (self.qkv_proj, self.o_proj):
+            nn.init.xavier_uniform_(proj.weight)
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
+
+    def _heads(self, x: Tensor, hook: HookPoint) -> Tensor:
+        """[B, T, embed_dim] -> hooked as [B, T, H, d_head] -> [B, H, T, d_head] for the matmuls."""
+        batch, seq_len, _ = x.shape
+        return hook(x.view(batch, seq_len, self.num_heads, self.head_dim)).transpose(1, 2)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        return_attention: bool = False,
+        causal: bool = False,
+        kv_cache: KVCache | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """x: [B, T, input_dim] -> [B, T, embed_dim] (and attention [B, H, T, T_keys] if asked).
+
+        `causal=True` adds the causal mask (position t attends to positions <= t). `kv_cache` prepends
+        the cached keys/values of earlier positions. The attention weights are computed explicitly when
+        they are asked for (`return_attention`, the course tutorial's way) or `hook_pattern` is hooked;
+        otherwise the fused kernel runs.
+        """
+        batch, seq_len, _ = x.shape
+        # Split [q | k | v] along features, then heads: views whose backward is one concatenation.
+        q, k, v = self.qkv_proj(x).split(self.embed_dim, dim=-1)
+        q, k, v = self._heads(q, self.hook_q), self._heads(k, self.hook_k), self._heads(v, self.hook_v)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)
+        num_keys = k.size(2)
+        explicit = return_attention or self.hook_pattern.is_hooked
+        scale = None if self.scale else 1.0  # the fused kernel's default is 1 / sqrt(d_head)
+
+        # The fused kernel needs no mask tensor for plain causal attention: `is_causal` covers Tq == Tk,
+        # and a single query (decoding with a KV cache) is the newest position, which sees every key.
+        implicit_causal = causal and mask is None and not explicit and seq_len in (1, num_keys)
+        if causal and not implicit_causal:
+            causal_part = causal_mask(seq_len, num_keys, device=x.device)
+            mask = causal_part if mask is None else expand_mask(mask).bool() & causal_part
+
+        attention = None
+        if explicit:
+            attention = self.hook_pattern(attention_pattern(q, k, mask, self.scale))
+            values = torch.matmul(attention, v)
+        elif implicit_causal:
+            values = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1, scale=scale)
+        elif mask is None:
+            values = F.scaled_dot_product_attention(q, k, v, scale=scale)
+        else:
+            values = F.scaled_dot_product_attention(q, k, v, attn_mask=expand_mask(mask).bool(), scale=scale)
+
+        z = self.hook_z(values.transpose(1, 2))  # [B, T, H, d_head]
+        out = self.o_proj(z.reshape(batch, seq_len, self.embed_dim))
+        return (out, attention) if return_attention else out

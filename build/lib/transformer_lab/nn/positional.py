@@ -1,0 +1,85 @@
+"""Positional encodings: attention is permutation-equivariant, so order must be added to the input."""
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def _check_fits(seq_len: int, offset: int, max_len: int) -> None:
+    if offset + seq_len > max_len:
+        raise ValueError(
+            f"sequence positions {offset}..{offset + seq_len - 1} exceed the positional encoding's "
+            f"max_len={max_len}; raise model.max_len or use shorter sequences"
+        )
+
+
+class PositionalEncoding(nn.Module):
+    """Sinusoidal encoding (Vaswani et al., 2017, section 3.5), added to the token embeddings.
+
+    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),  PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)).
+    Each pair of dimensions is a rotation at its own frequency, so PE(pos + k) is a linear function of
+    PE(pos): relative offsets are easy for attention to read. Stored as the buffer `pe` [1, max_len, d_model].
+    """
+
+    def __init__(self, d_model: int, max_len: int = 5000):
+        super().__init__()
+        position = torch.arange(max_len, dtype=torch.float).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term[: d_model // 2])
+        # persistent=False: a pure function of (max_len, d_model), rebuilt on load, not stored in checkpoints.
+        self.register_buffer("pe", pe.unsqueeze(0), persistent=False)
+
+    def encoding(self, seq_len: int, offset: int = 0) -> Tensor:
+        """PE of positions offset .. offset + seq_len - 1: [1, seq_len, d_model]."""
+        _check_fits(seq_len, offset, self.pe.size(1))
+        return self.pe[:, offset : offset + seq_len]
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """x: [B, T, d_model], the tokens at absolute positions offset .. offset + T - 1."""
+        return x + self.encoding(x.size(1), offset)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """A trained embedding per position (as in GPT-2): x + P[pos], P of shape [max_len, d_model]."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        self.embedding = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.embedding.weight, std=0.02)
+
+    def encoding(self, seq_len: int, offset: int = 0) -> Tensor:
+        """P[offset : offset + seq_len] as [1, seq_len, d_model]: a view of the table, no lookup."""
+        _check_fits(seq_len, offset, self.embedding.num_embeddings)
+        return self.embedding.weight[offset : offset + seq_len].unsqueeze(0)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        return x + self.encoding(x.size(1), offset)
+
+
+class NoPositionalEncoding(nn.Module):
+    """No positions at all: the model sees a bag of tokens (useful to show why positions matter)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.register_buffer("zero", torch.zeros(1, 1, d_model), persistent=False)  # follows .to(device)
+
+    def encoding(self, seq_len: int, offset: int = 0) -> Tensor:
+        """Zeros [1, seq_len, d_model]."""
+        return self.zero.expand(1, seq_len, -1)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        return x
+
+
+def make_positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module:
+    """`sinusoidal` | `learned` | `none`."""
+    if kind == "sinusoidal":
+        return PositionalEncoding(d_model, max_len)
+    if kind == "learned":
+        return LearnedPositionalEncoding(d_model, max_len)
+    if kind == "none":
+        return NoPositionalEncoding(d_model)
+    raise ValueError(f"model.positional_encoding={kind!r} is unknown; use sinusoidal, learned or none")

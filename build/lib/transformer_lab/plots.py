@@ -1,0 +1,156 @@
+"""Figures for the tutorial: attention maps, relevance, positional encodings and the learning-rate schedule.
+
+Every function returns a `matplotlib.figure.Figure` built without pyplot (no global state, no display
+needed; PNGs are rendered by the Agg backend): save it with `fig.savefig(path)`, log it with TensorBoard's
+`add_figure`, or show it in a notebook.
+"""
+
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from transformer_lab.nn import PositionalEncoding
+from transformer_lab.schedulers import CosineWarmupScheduler
+
+SHOWN_AS = {"\n": "⏎", " ": "␣", "\t": "⇥"}
+
+
+def token_labels(tokens: list[str]) -> list[str]:
+    """Tick labels for tokens: newline, space and tab made visible."""
+    return [SHOWN_AS.get(t, t) for t in tokens]
+
+
+def _label_axes(
+    ax, tokens: list[str], row_tokens: list[str] | None, panel: float, x: bool = True, y: bool = True
+) -> None:
+    """One tick label per token, the font sized to the cells (`panel` inches hold all the tokens)."""
+    size = max(4.0, min(9.0, 0.8 * panel * 72 / len(tokens)))
+    ticks = range(len(tokens))
+    ax.set_xticks(ticks, token_labels(tokens) if x else [], fontsize=size)
+    ax.set_yticks(ticks, token_labels(row_tokens or tokens) if y else [], fontsize=size)
+    ax.tick_params(length=0)
+
+
+def _to_cpu(t: Tensor) -> Tensor:
+    return t.detach().float().cpu()
+
+
+def attention_grid(maps: list[Tensor], tokens: list[str], index: int = 0, title: str | None = None) -> Figure:
+    """All attention maps of one example: rows = layers, columns = heads; x = keys, y = queries.
+
+    maps: list over layers of [B, H, T, T] (as from `explain.attention_maps`) or [H, T, T]; `index`
+    picks the example of the batch. One colour scale, 0 to 1, for every panel.
+    """
+    maps = [_to_cpu(m[index] if m.ndim == 4 else m) for m in maps]
+    num_layers, num_heads = len(maps), maps[0].size(0)
+    panel = max(1.9, 0.16 * len(tokens))
+    fig = Figure(figsize=(panel * num_heads + 1.0, panel * num_layers + 0.5), layout="constrained")
+    axes = fig.subplots(num_layers, num_heads, squeeze=False)
+    for layer, row in enumerate(axes):
+        for head, ax in enumerate(row):
+            image = ax.imshow(maps[layer][head], vmin=0, vmax=1, cmap="viridis")
+            ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
+            _label_axes(ax, tokens, None, panel, x=layer == num_layers - 1, y=head == 0)
+    for ax in axes[-1]:
+        ax.set_xlabel("key (attended input)", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("query", fontsize=8)
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def token_map(
+    matrix: Tensor,
+    tokens: list[str],
+    title: str,
+    row_tokens: list[str] | None = None,
+    xlabel: str = "input",
+    ylabel: str = "output",
+    colorbar_label: str = "weight",
+    vmax: float | None = None,
+) -> Figure:
+    """One [T, T] map (a head mean, a rollout, a relevance matrix) with token tick labels.
+
+    Columns are labelled with `tokens` (the inputs), rows with `row_tokens` (default: the same tokens).
+    `vmax` caps the colour scale (larger values saturate, shown by the colour bar's arrow): useful when
+    the diagonal, each token relying on itself, would wash out everything else.
+    """
+    matrix = _to_cpu(matrix)
+    panel = max(3.2, 0.2 * len(tokens))
+    fig = Figure(figsize=(panel + 1.1, panel + 0.3), layout="constrained")
+    ax = fig.subplots()
+    image = ax.imshow(matrix, vmin=0, vmax=vmax, cmap="viridis")
+    _label_axes(ax, tokens, row_tokens, panel)
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.set_title(title, fontsize=10)
+    clipped = vmax is not None and matrix.max() > vmax
+    fig.colorbar(image, ax=ax, shrink=0.8, label=colorbar_label, extend="max" if clipped else "neither")
+    return fig
+
+
+def positional_encoding_heatmap(model_dim: int = 32, positions: int = 64) -> Figure:
+    """The sinusoidal encoding PE[pos, dim] (Vaswani et al., 2017): fast-rotating dimensions on the
+    left, slow ones on the right, so every position gets a distinct pattern."""
+    pe = PositionalEncoding(model_dim, max_len=positions).pe[0]
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.subplots()
+    image = ax.imshow(pe, cmap="RdBu", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_xlabel("hidden dimension")
+    ax.set_ylabel("position in sequence")
+    ax.set_title(f"Sinusoidal positional encoding (d_model={model_dim})", fontsize=10)
+    fig.colorbar(image, ax=ax, label="PE value")
+    return fig
+
+
+def positional_encoding_curves(model_dim: int = 32, positions: int = 64, dims: int = 4) -> Figure:
+    """PE[:, d] against the position for the first `dims` dimensions: sin at even d, cos at odd d, the
+    wavelength growing by 10000^(2/d_model) with every pair."""
+    pe = PositionalEncoding(model_dim, max_len=positions).pe[0]
+    fig = Figure(figsize=(6.4, 1.3 * dims + 0.6), layout="constrained")
+    axes = fig.subplots(dims, 1, sharex=True, squeeze=False)[:, 0]
+    for d, ax in enumerate(axes):
+        ax.plot(range(positions), pe[:, d], marker="o", markersize=2.5, linewidth=1)
+        ax.set_ylim(-1.15, 1.15)
+        ax.set_ylabel(f"dim {d}\n({'sin' if d % 2 == 0 else 'cos'})", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("position in sequence")
+    fig.suptitle("Positional encoding: first dimensions", fontsize=10)
+    return fig
+
+
+def learning_rates(lr: float, warmup: int, max_iters: int) -> list[float]:
+    """The learning rate at each of `max_iters` steps, from the real CosineWarmupScheduler."""
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    scheduler = CosineWarmupScheduler(optimizer, warmup=warmup, max_iters=max_iters)
+    rates = []
+    for _ in range(max_iters):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def lr_schedule(lr: float, warmup: int, max_iters: int, title: str = "Learning-rate schedule") -> Figure:
+    """Linear warmup for `warmup` steps, then cosine decay to 0 at `max_iters` (CosineWarmupScheduler)."""
+    rates = learning_rates(lr, warmup, max_iters)
+    zoom = 0 < warmup < max_iters // 4  # a short warmup is invisible at full scale: add a close-up
+    fig = Figure(figsize=(9.6 if zoom else 6.4, 3.4), layout="constrained")
+    axes = fig.subplots(1, 2 if zoom else 1, squeeze=False, width_ratios=[2, 1] if zoom else None)[0]
+    axes[0].set_title(title, fontsize=10)
+    if zoom:
+        end = min(max_iters, 3 * warmup)
+        axes[1].plot(range(end), rates[:end], linewidth=1.5)
+        axes[1].set_title(f"first {end} steps", fontsize=10)
+    axes[0].plot(range(max_iters), rates, linewidth=1.5)
+    for ax in axes:
+        if warmup > 0:
+            ax.axvline(warmup, color="grey", linestyle="--", linewidth=1, label=f"end of warmup ({warmup})")
+            ax.legend(fontsize=8)
+        ax.set_xlabel("optimisation step")
+        ax.set_ylabel("learning rate")
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+        ax.grid(alpha=0.3)
+    return fig

@@ -1,0 +1,75 @@
+"""load_model: a checkpoint's plain nn.Module, without Lightning or Hydra; and the package installed
+without the checkout (`pip install .`) trains from any directory with `python -m transformer_lab.train`."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, compose_train_config
+from transformer_lab import TransformerPredictor, load_model
+from transformer_lab.nn import EncoderClassifier
+from transformer_lab.train import train
+
+
+@pytest.fixture(scope="module")
+def reverse_ckpt(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("reverse")
+    train(compose_train_config(run_dir, "model.num_layers=2", "model.num_heads=2"))
+    return run_dir / "checkpoints" / "best.ckpt"
+
+
+def test_load_model_gives_the_trained_network_in_eval_mode(reverse_ckpt):
+    model = load_model(reverse_ckpt)
+    assert type(model) is EncoderClassifier and not model.training
+    assert model.config.num_layers == 2 and model.vocab == [str(d) for d in range(10)]
+    restored = TransformerPredictor.load_from_checkpoint(reverse_ckpt, weights_only=True).eval()
+    x = torch.randint(10, (4, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), restored(x))
+        torch.testing.assert_close(model(x), restored.net(x))
+
+
+def test_load_model_needs_neither_lightning_nor_hydra(reverse_ckpt):
+    code = (
+        "import sys\n"
+        "for name in ('lightning', 'pytorch_lightning', 'hydra', 'omegaconf', 'torchmetrics'):\n"
+        "    sys.modules[name] = None  # importing any of them now fails\n"
+        "import torch\n"
+        "from transformer_lab import load_model\n"
+        f"model = load_model({str(reverse_ckpt)!r})\n"
+        "logits, cache = model.run_with_cache(torch.zeros(1, 16, dtype=torch.long))\n"
+        "print(type(model).__name__, model.training, tuple(cache['blocks.1.attn.hook_pattern'].shape))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "EncoderClassifier False (1, 2, 16, 16)"
+
+
+@pytest.mark.slow
+def test_a_plain_install_trains_from_any_directory(tmp_path):
+    """`pip install .` (not editable): the configs ship inside the package."""
+    target = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr
+    assert (target / "transformer_lab" / "configs" / "task" / "reverse.yaml").is_file()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(target), "OMP_NUM_THREADS": "2"}
+    run = subprocess.run(
+        [sys.executable, "-c", "import transformer_lab; print(transformer_lab.__file__)"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.stdout.startswith(str(target)), run.stdout + run.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "transformer_lab.train", "trainer.fast_dev_run=true"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert (elsewhere / "saved_models" / "reverse").is_dir()
