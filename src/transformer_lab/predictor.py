@@ -226,10 +226,15 @@ def build_predictor(settings: Mapping, task: TaskDataModule) -> TransformerPredi
     others are training settings. A key that is neither is an error, and so is an architecture the task
     cannot train."""
     settings = dict(settings)
+    stated = task.model_settings()
     training_keys = set(inspect.signature(TransformerPredictor).parameters) - {"net"}
-    unknown = sorted(set(settings) - set(ARCHITECTURE_KEYS) - training_keys)
+    own_keys = set(ARCHITECTURE_KEYS) - set(stated) | {"max_len"}
+    from_task = sorted(set(settings) & (set(stated) - {"max_len"}))
+    if from_task:
+        raise ConfigError(f"model.{from_task[0]} is set by the task ({type(task).__name__}), not in model.*")
+    unknown = sorted(set(settings) - own_keys - training_keys)
     if unknown:
-        known = ", ".join(sorted(set(ARCHITECTURE_KEYS) | training_keys))
+        known = ", ".join(sorted(own_keys | training_keys))
         raise ConfigError(f"model.{unknown[0]} is not a setting; model settings are {known}")
     net = {k: v for k, v in settings.items() if k in ARCHITECTURE_KEYS}
     training = {k: v for k, v in settings.items() if k in training_keys}
@@ -240,7 +245,6 @@ def build_predictor(settings: Mapping, task: TaskDataModule) -> TransformerPredi
         f"model={arch} cannot learn {type(task).__name__}'s task; use model="
         + " or model=".join(task.architectures),
     )
-    stated = task.model_settings()
     max_len = net.get("max_len") or stated["max_len"]
     require(
         stated["max_len"] <= max_len,

@@ -167,8 +167,12 @@ def describe(hint: object) -> str:
     """How to say what a type is, for an error message."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        names = list(dict.fromkeys(describe(arg) for arg in args))
-        return " or ".join(names)
+        literals = [
+            v for arg in args if typing.get_origin(arg) is typing.Literal for v in typing.get_args(arg)
+        ]
+        others = [describe(arg) for arg in args if typing.get_origin(arg) is not typing.Literal]
+        names = ([describe(typing.Literal[tuple(literals)])] if literals else []) + others
+        return " or ".join(dict.fromkeys(names))
     if origin is typing.Literal:
         return "one of " + ", ".join(repr(a) for a in args)
     names = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string"}
