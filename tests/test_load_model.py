@@ -2,6 +2,7 @@
 without the checkout (`pip install .`) trains from any directory with `python -m transformer_lab.train`."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -50,11 +51,13 @@ def test_load_model_needs_neither_lightning_nor_hydra(reverse_ckpt):
 
 @pytest.mark.slow
 def test_a_plain_install_trains_from_any_directory(tmp_path):
-    """`pip install .` (not editable): the configs ship inside the package."""
-    target = tmp_path / "site"
+    """`pip install .` (not editable): the configs ship inside the package. Built from a copy of the
+    sources, so the build leaves nothing in the checkout."""
+    source, target = tmp_path / "source", tmp_path / "site"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".*", "saved_models", "build", "__pycache__"))
     install = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(ROOT)],
+         "--target", str(target), str(source)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
