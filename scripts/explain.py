@@ -22,7 +22,7 @@ from transformer_lab.checkpoints import (
 )
 from transformer_lab.cli import parse_key_values, pick_device, run
 from transformer_lab.errors import require
-from transformer_lab.nn import TransformerStack
+from transformer_lab.nn import TokenModel
 
 KEYS = {
     "ckpt_path": "checkpoint to explain (required), e.g. <run>/checkpoints/best.ckpt",
@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
     return args
 
 
-def model_input(checkpoint: dict, model: TransformerStack, args: dict[str, str]) -> torch.Tensor:
+def model_input(checkpoint: dict, model: TokenModel, args: dict[str, str]) -> torch.Tensor:
     """Token ids [1, T]: the user's `text=`, or test example `index=` of the checkpoint's task."""
     path = args["ckpt_path"]
     if "text" in args:

@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 from transformer_lab import explain
-from transformer_lab.nn import ModelConfig, TransformerStack, build_model
+from transformer_lab.nn import ModelConfig, TokenModel, build_model
 
 
-def _model(causal: bool = False, num_layers: int = 2, num_heads: int = 2, **settings) -> TransformerStack:
+def _model(causal: bool = False, num_layers: int = 2, num_heads: int = 2, **settings) -> TokenModel:
     """The course tutorial's architecture (post-norm, sinusoidal positions, MLP head), bidirectional or
     causal."""
     torch.manual_seed(0)
@@ -215,7 +215,7 @@ def test_most_relevant_excludes_self_and_future():
 SEQ_LEN = 16
 
 
-def _train_reverse(num_layers: int, num_heads: int, steps: int = 400) -> TransformerStack:
+def _train_reverse(num_layers: int, num_heads: int, steps: int = 400) -> TokenModel:
     """A reverse-task model trained in a few seconds with a plain PyTorch loop."""
     model = _model(num_layers=num_layers, num_heads=num_heads)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -234,7 +234,7 @@ def test_inputs() -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def deep_model() -> TransformerStack:
+def deep_model() -> TokenModel:
     return _train_reverse(num_layers=2, num_heads=4)
 
 

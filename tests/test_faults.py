@@ -187,7 +187,7 @@ def test_resuming_into_another_model_is_refused(tmp_path):
     last = tmp_path / "small" / "checkpoints" / "last.ckpt"
     with pytest.raises(ConfigError, match=r"model_dim=32 \(config: 64\)"):
         train(compose_train_config(tmp_path / "big", f"ckpt_path={last}", "model.model_dim=64"))
-    with pytest.raises(ConfigError, match=r"vocab_size=10 \(config: 12\)"):
+    with pytest.raises(ConfigError, match=r"vocab_size=14 \(config: 16\)"):
         train(compose_train_config(tmp_path / "vocab", f"ckpt_path={last}", "data.num_categories=12"))
     with pytest.raises(ConfigError, match=r"bias=True \(config: False\)"):
         train(compose_train_config(tmp_path / "nobias", f"ckpt_path={last}", "model.bias=false"))

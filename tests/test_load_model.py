@@ -25,7 +25,7 @@ def reverse_ckpt(tmp_path_factory):
 def test_load_model_gives_the_trained_network_in_eval_mode(reverse_ckpt):
     model = load_model(reverse_ckpt)
     assert type(model) is EncoderClassifier and not model.training
-    assert model.config.num_layers == 2 and model.vocab == [str(d) for d in range(10)]
+    assert model.config.num_layers == 2 and model.vocab == ["<pad>", "<bos>", "<eos>", "<sep>", *"0123456789"]
     restored = TransformerPredictor.load_from_checkpoint(reverse_ckpt, weights_only=True).eval()
     x = torch.randint(10, (4, 16))
     with torch.no_grad():

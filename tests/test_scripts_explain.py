@@ -92,9 +92,9 @@ def test_explain_encoder_from_the_command_line(encoder_ckpt, tmp_path):
     result = _cli("scripts/explain.py", f"ckpt_path={encoder_ckpt}", "index=3", f"out_dir={tmp_path}")
     assert result.returncode == 0, result.stderr
     _assert_pngs(tmp_path, PNGS)
-    example = ReverseDataModule(seq_len=8, train_size=64, val_size=16, test_size=16)
-    example.setup("test")
-    assert f"input:  {' '.join(str(int(t)) for t in example.test_set[3][0])}" in result.stdout
+    task = ReverseDataModule(seq_len=8, train_size=64, val_size=16, test_size=16)
+    (tokens,), _ = task.example(3)
+    assert f"input:  {' '.join(task.vocab[i] for i in tokens[0])}" in result.stdout
     table = result.stdout.split("gradient-attention\n")[1].splitlines()[:8]
     assert [int(line.split()[0]) for line in table] == list(range(8))  # one line per output position
 

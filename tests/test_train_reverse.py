@@ -44,7 +44,7 @@ def test_run_directory_holds_checkpoints_metrics_and_tensorboard(train_config, t
 
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 16  # the newest state, not the newest best
-    assert last["hyper_parameters"]["net"]["vocab"] == [str(i) for i in range(10)]
+    assert last["hyper_parameters"]["net"]["vocab"] == ["<pad>", "<bos>", "<eos>", "<sep>", *"0123456789"]
     assert last["task"] == {"class": "transformer_lab.data.reverse.ReverseDataModule", "separator": " "}
     assert last["callbacks"]["BestCheckpoint"]["best_model_path"] == saved["best_ckpt_path"]
 
@@ -98,7 +98,11 @@ BAD_INPUTS = [
     (["trainer.val_check_interval=often"], "Invalid time format for `val_check_interval`: 'often'"),
     (["trainer.precision=17"], "trainer.precision=17 must be one of"),
     (["+model.heads=4"], "model.heads is not a setting"),
-    (["model=decoder"], "model=decoder cannot learn ReverseDataModule's task; use model=encoder"),
+    (
+        ["task=sort", "model=encoder"],
+        "model=encoder cannot learn SortDataModule's task; use model=encoder_decoder or model=decoder",
+    ),
+    (["data.min_seq_len=20"], "data.min_seq_len=20 must be an integer from 1 to data.seq_len=16"),
     (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path=/nonexistent/last.ckpt does not exist"),
     (["trainer.accelerator=cuda"], "no CUDA GPU is available"),
     (["trainer.accelerator=tpu9"], "trainer.accelerator=tpu9 is unknown"),

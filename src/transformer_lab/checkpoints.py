@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.nn import ModelConfig, TransformerStack, build_model
+from transformer_lab.nn import ModelConfig, TokenModel, build_model
 
 RETRAIN = "retrain it with this version: python train.py task=<its task> <its settings>"
 
@@ -44,7 +44,7 @@ def read_checkpoint(path: str | Path) -> dict:
 
 def model_from_checkpoint(
     checkpoint: dict, path: str | Path = "checkpoint", map_location: str | torch.device = "cpu"
-) -> TransformerStack:
+) -> TokenModel:
     """The model a checkpoint holds, rebuilt from its config and weights, in eval mode."""
     net = checkpoint["hyper_parameters"].get("net")
     require(
@@ -64,7 +64,7 @@ def model_from_checkpoint(
     return model.to(map_location).eval()
 
 
-def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> TransformerStack:
+def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> TokenModel:
     """The plain `nn.Module` of a checkpoint (EncoderClassifier, DecoderLM, ...), in eval mode, read with
     `weights_only=True`. A bad file is a one-line ConfigError."""
     return model_from_checkpoint(read_checkpoint(path), path, map_location)

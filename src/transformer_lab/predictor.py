@@ -116,6 +116,10 @@ class TransformerPredictor(L.LightningModule):
         if not self._logs_this_step(stage):
             return loss
         values = {"loss": loss, **self._metrics(logits, labels, loss)}
+        if stage != "train" and "seq_acc" in values:
+            generated = self._generated_seq_acc(batch)
+            if generated is not None:
+                values["seq_acc"] = generated
         if stage == "train":
             values["lr"] = torch.tensor(self.lr_schedulers().get_last_lr()[0])
         on_step = stage == "train"
@@ -141,6 +145,17 @@ class TransformerPredictor(L.LightningModule):
         if "bpc" in metrics:
             values["bpc"] = loss / math.log(2)  # nats -> bits per character
         return values
+
+    def _generated_seq_acc(self, batch: tuple[Tensor, ...]) -> Tensor | None:
+        """For a model that generates (decoder, encoder-decoder) on a task that says how (a
+        Seq2SeqDataModule): the share of whole outputs right when generated greedily from the source,
+        not when each token is predicted from the true ones before it (teacher forcing)."""
+        task = self.trainer.datamodule
+        result = task.generate(self.net, batch) if hasattr(task, "generate") else None
+        if result is None:
+            return None
+        _, generated, expected = result
+        return (generated == expected).all(dim=1).float().mean()
 
     def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
         return self._shared_step(batch, "train")

@@ -1,15 +1,18 @@
 """One module per task (dataset + datamodule), the task base class and the tokenizer."""
 
-from transformer_lab.data.reverse import ReverseDataModule, ReverseDataset
+from transformer_lab.data.reverse import ReverseDataModule
+from transformer_lab.data.seq2seq import Seq2SeqDataModule
 from transformer_lab.data.shakespeare import ShakespeareDataModule
+from transformer_lab.data.sort import SortDataModule
 from transformer_lab.data.task import IGNORE_INDEX, TaskDataModule
 from transformer_lab.data.tokenizer import Tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
     "ReverseDataModule",
-    "ReverseDataset",
+    "Seq2SeqDataModule",
     "ShakespeareDataModule",
+    "SortDataModule",
     "TaskDataModule",
     "Tokenizer",
 ]

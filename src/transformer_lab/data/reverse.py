@@ -2,49 +2,30 @@
 
 Every output position must read an input position far from itself (output i = input N-1-i), so the task
 cannot be solved without attention, and with one head a trained model's attention map is the
-anti-diagonal: an easy first picture of what attention learns.
+anti-diagonal: an easy first picture of what attention learns. Every architecture can learn it: the
+encoder predicts each position, the decoder-only model reads `source <sep>` and writes the target, the
+encoder-decoder maps source to target (`data.min_seq_len` < `data.seq_len` makes lengths vary).
 """
 
 import torch
-from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
 
-from transformer_lab.data.task import TaskDataModule
+from transformer_lab.data.seq2seq import Seq2SeqDataModule
 from transformer_lab.errors import require
 
 
-class ReverseDataset(Dataset):
-    """`size` random sequences of `seq_len` integers in [0, num_categories); label = the input reversed.
+class ReverseDataModule(Seq2SeqDataModule):
+    """Random sequences of `min_seq_len` to `seq_len` digits (default: all `seq_len` long, the course
+    tutorial's task), each reversed. Tokens are the digits "0" .. str(num_categories - 1), written apart
+    ("3 1 4"); splits come from seeds seed, seed + 1, seed + 2, whatever the global RNG state."""
 
-    Drawn from a generator seeded with `seed`, so a split is the same in every run, whatever the global
-    RNG state.
-    """
-
-    def __init__(self, num_categories: int, seq_len: int, size: int, seed: int):
-        generator = torch.Generator().manual_seed(seed)
-        self.data = torch.randint(num_categories, (size, seq_len), generator=generator)
-        self.labels = self.data.flip(-1)
-
-    def __len__(self) -> int:
-        return self.data.size(0)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
-        return self.data[index], self.labels[index]
-
-
-class ReverseDataModule(TaskDataModule):
-    """Train / val / test splits of the reverse task, each from its own seed (seed, seed + 1, seed + 2).
-
-    Tokens are the digits "0" .. "9" (`num_categories` of them), written apart: "3 1 3 9".
-    """
-
-    architectures = ("encoder",)
-    separator = " "
+    architectures = ("encoder", "decoder", "encoder_decoder")
 
     def __init__(
         self,
+        arch: str = "encoder",
         num_categories: int = 10,
         seq_len: int = 16,
+        min_seq_len: int | None = None,
         train_size: int = 50_000,
         val_size: int = 1_000,
         test_size: int = 10_000,
@@ -52,57 +33,28 @@ class ReverseDataModule(TaskDataModule):
         num_workers: int = 0,
         seed: int = 0,
     ):
-        super().__init__()
-        for key, value in (
-            ("seq_len", seq_len),
-            ("train_size", train_size),
-            ("val_size", val_size),
-            ("test_size", test_size),
-            ("batch_size", batch_size),
-        ):
-            require(isinstance(value, int) and value > 0, f"data.{key}={value!r} must be a positive integer")
+        super().__init__(arch, train_size, val_size, test_size, batch_size, num_workers, seed)
+        min_seq_len = seq_len if min_seq_len is None else min_seq_len
+        require(
+            isinstance(seq_len, int) and seq_len > 0, f"data.seq_len={seq_len!r} must be a positive integer"
+        )
+        require(
+            isinstance(min_seq_len, int) and 1 <= min_seq_len <= seq_len,
+            f"data.min_seq_len={min_seq_len!r} must be an integer from 1 to data.seq_len={seq_len}",
+        )
         require(
             isinstance(num_categories, int) and num_categories >= 2,
             f"data.num_categories={num_categories!r} must be an integer >= 2",
         )
-        require(num_workers >= 0, f"data.num_workers={num_workers} must be >= 0")
         self.save_hyperparameters()
-        self.num_categories = num_categories
-        self.seq_len = seq_len
-        self.batch_size = batch_size
-        self.num_workers = num_workers
+        self.symbols = [str(i) for i in range(num_categories)]
+        self.min_seq_len = min_seq_len
+        self.max_source_len = self.max_target_len = seq_len
 
-    @property
-    def vocab(self) -> list[str]:
-        return [str(i) for i in range(self.num_categories)]
-
-    @property
-    def max_len(self) -> int:
-        return self.seq_len
-
-    def setup(self, stage: str | None = None) -> None:
-        h = self.hparams
-        make = lambda size, offset: ReverseDataset(h.num_categories, h.seq_len, size, h.seed + offset)  # noqa: E731
-        self.train_set = make(h.train_size, 0)
-        self.val_set = make(h.val_size, 1)
-        self.test_set = make(h.test_size, 2)
-
-    def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            shuffle=shuffle,
-            drop_last=shuffle,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            pin_memory=torch.cuda.is_available(),
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+    def draw(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = torch.randint(self.min_seq_len, self.max_source_len + 1, (size, 1), generator=generator)
+        digits = torch.randint(len(self.symbols), (size, self.max_source_len), generator=generator)
+        position = torch.arange(self.max_source_len)
+        sources = digits.masked_fill(position >= lengths, -1)
+        mirror = (lengths - 1 - position).clamp(min=0)  # target i = source n-1-i
+        return sources, sources.gather(1, mirror).masked_fill(position >= lengths, -1)

@@ -1,6 +1,6 @@
 """Text <-> token ids for a fixed vocabulary of token strings."""
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 from torch import Tensor
@@ -56,11 +56,11 @@ class Tokenizer:
             )
         return torch.tensor([self._stoi[t] for t in tokens], dtype=torch.long)
 
-    def decode(self, ids: Tensor | Sequence[int]) -> str:
-        """The text for a 1-D tensor or list of token ids."""
+    def decode(self, ids: Tensor | Sequence[int], skip: Collection[int] = ()) -> str:
+        """The text for a 1-D tensor or list of token ids, leaving out the ids in `skip` (e.g. padding)."""
         if isinstance(ids, Tensor):
             ids = ids.tolist()
-        return self.separator.join(self._itos[i] for i in ids)
+        return self.separator.join(self._itos[i] for i in ids if i not in skip)
 
     def tokens(self, ids: Tensor | Sequence[int]) -> list[str]:
         """Each id's token string (for axis labels)."""

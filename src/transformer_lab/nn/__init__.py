@@ -17,13 +17,16 @@ from transformer_lab.nn.attention import (
     expand_mask,
     scaled_dot_product,
 )
-from transformer_lab.nn.blocks import MLP, EncoderBlock, TransformerEncoder, make_dropout
+from transformer_lab.nn.blocks import MLP, DecoderBlock, EncoderBlock, TransformerEncoder, make_dropout
 from transformer_lab.nn.config import ModelConfig
 from transformer_lab.nn.hooks import HookedModule, HookPoint
 from transformer_lab.nn.models import (
+    Cache,
     DecoderLM,
     EncoderClassifier,
+    EncoderDecoder,
     FinalNorm,
+    TokenModel,
     TransformerStack,
     build_model,
 )
@@ -37,9 +40,12 @@ from transformer_lab.nn.sampling import sample_next_token
 
 __all__ = [
     "MLP",
+    "Cache",
+    "DecoderBlock",
     "DecoderLM",
     "EncoderBlock",
     "EncoderClassifier",
+    "EncoderDecoder",
     "FinalNorm",
     "HookPoint",
     "HookedModule",
@@ -49,6 +55,7 @@ __all__ = [
     "MultiheadAttention",
     "NoPositionalEncoding",
     "PositionalEncoding",
+    "TokenModel",
     "TransformerEncoder",
     "TransformerStack",
     "attention_pattern",

@@ -98,7 +98,15 @@ class KVCache:
         self.k.narrow(2, self.length, new).copy_(k)  # narrow/copy_: cheaper to dispatch than slice-assign
         self.v.narrow(2, self.length, new).copy_(v)
         self.length = end
-        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
+        return self.keys_values()
+
+    def keys_values(self) -> tuple[Tensor, Tensor]:
+        """Everything cached so far: keys and values [B, H, length, head_dim]."""
+        return self.k.narrow(2, 0, self.length), self.v.narrow(2, 0, self.length)
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep the batch rows `index` (beam search: each new beam continues an old one)."""
+        self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
 
 
 class MultiheadAttention(nn.Module):
@@ -107,6 +115,9 @@ class MultiheadAttention(nn.Module):
     One fused linear layer computes Q, K and V for all heads. Its output is laid out [q | k | v], each
     [head_1 | ... | head_h], which is exactly `torch.nn.MultiheadAttention.in_proj_weight`, so weights
     transfer between the two (a test checks they agree). `bias=False` drops the projections' biases.
+
+    Cross-attention (the decoder of an encoder-decoder) takes its queries from `x` and its keys and
+    values from `memory` (the encoder's output), with the same weights: the rows of W^Q, and of W^K, W^V.
 
     Hook points: `hook_q`, `hook_k`, `hook_v` and `hook_z` (the heads' outputs before W^O), each
     [B, T, H, d_head]; `hook_pattern`, the softmax weights [B, H, T_query, T_key].
@@ -148,20 +159,36 @@ class MultiheadAttention(nn.Module):
         return_attention: bool = False,
         causal: bool = False,
         kv_cache: KVCache | None = None,
+        memory: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """x: [B, T, input_dim] -> [B, T, embed_dim] (and attention [B, H, T, T_keys] if asked).
 
         `causal=True` adds the causal mask (position t attends to positions <= t). `kv_cache` prepends
-        the cached keys/values of earlier positions. The attention weights are computed explicitly when
-        they are asked for (`return_attention`, the course tutorial's way) or `hook_pattern` is hooked;
-        otherwise the fused kernel runs.
+        the cached keys/values of earlier positions. With `memory` [B, T_keys, input_dim] this is
+        cross-attention: keys and values come from `memory`, and a `kv_cache` holds them once computed
+        (they do not change while a decoder generates). The attention weights are computed explicitly
+        when they are asked for (`return_attention`, the course tutorial's way) or `hook_pattern` is
+        hooked; otherwise the fused kernel runs.
         """
         batch, seq_len, _ = x.shape
-        # Split [q | k | v] along features, then heads: views whose backward is one concatenation.
-        q, k, v = self.qkv_proj(x).split(self.embed_dim, dim=-1)
-        q, k, v = self._heads(q, self.hook_q), self._heads(k, self.hook_k), self._heads(v, self.hook_v)
-        if kv_cache is not None:
-            k, v = kv_cache.update(k, v)
+        if memory is None:
+            # Split [q | k | v] along features, then heads: views whose backward is one concatenation.
+            q, k, v = self.qkv_proj(x).split(self.embed_dim, dim=-1)
+            q, k, v = self._heads(q, self.hook_q), self._heads(k, self.hook_k), self._heads(v, self.hook_v)
+            if kv_cache is not None:
+                k, v = kv_cache.update(k, v)
+        else:
+            weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
+            split = self.embed_dim
+            q = self._heads(F.linear(x, weight[:split], None if bias is None else bias[:split]), self.hook_q)
+            if kv_cache is not None and kv_cache.length > 0:
+                k, v = kv_cache.keys_values()
+            else:
+                kv = F.linear(memory, weight[split:], None if bias is None else bias[split:])
+                k, v = kv.split(self.embed_dim, dim=-1)
+                k, v = self._heads(k, self.hook_k), self._heads(v, self.hook_v)
+                if kv_cache is not None:
+                    k, v = kv_cache.update(k, v)
         num_keys = k.size(2)
         explicit = return_attention or self.hook_pattern.is_hooked
         scale = None if self.scale else 1.0  # the fused kernel's default is 1 / sqrt(d_head)

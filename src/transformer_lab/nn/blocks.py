@@ -1,7 +1,9 @@
-"""Transformer blocks: the position-wise MLP, the encoder block and a stack of encoder blocks.
+"""Transformer blocks: the position-wise MLP, the encoder block, the decoder block with cross-attention,
+and a stack of encoder blocks.
 
-A decoder-only (GPT-style) model uses the same block with `causal=True`: without cross-attention, a
-decoder block is an encoder block whose attention only looks back.
+A decoder-only (GPT-style) model uses the encoder block with `causal=True`: without cross-attention, a
+decoder block is an encoder block whose attention only looks back. The encoder-decoder's decoder block
+adds cross-attention over the encoder's output between the two.
 """
 
 from torch import Tensor, nn
@@ -89,6 +91,81 @@ class EncoderBlock(HookedModule):
 
     def _attention(self, x: Tensor, mask: Tensor | None, causal: bool, kv_cache: KVCache | None) -> Tensor:
         return self.hook_attn_out(self.dropout(self.attn(x, mask, causal=causal, kv_cache=kv_cache)))
+
+
+class DecoderBlock(HookedModule):
+    """Causal self-attention, cross-attention over the encoder's output, then the MLP (Vaswani et al.,
+    section 3.1), each wrapped in a residual connection and LayerNorm (post-norm, or pre-norm with
+    `norm_first`), as `torch.nn.TransformerDecoderLayer` (whose weights transfer: a test checks it).
+
+    Hook points, in forward order: `hook_resid_pre`, the self-attention's (`attn.`), `hook_attn_out`,
+    `hook_resid_mid`, the cross-attention's (`cross_attn.`: queries from here, keys and values from the
+    encoder; `cross_attn.hook_pattern` is [B, H, T_target, T_source]), `hook_cross_attn_out`,
+    `hook_resid_mid_cross`, the MLP's, `hook_mlp_out`, `hook_resid_post` (TransformerLens's names).
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        num_heads: int,
+        dim_feedforward: int,
+        dropout: float = 0.0,
+        norm_first: bool = False,
+        activation: str = "relu",
+        bias: bool = True,
+        scale_attention: bool = True,
+    ):
+        super().__init__()
+        self.norm_first = norm_first
+        self.hook_resid_pre = HookPoint()
+        self.norm1 = nn.LayerNorm(input_dim, bias=bias)
+        self.attn = MultiheadAttention(input_dim, input_dim, num_heads, bias=bias, scale=scale_attention)
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_mid = HookPoint()
+        self.norm2 = nn.LayerNorm(input_dim, bias=bias)
+        self.cross_attn = MultiheadAttention(
+            input_dim, input_dim, num_heads, bias=bias, scale=scale_attention
+        )
+        self.hook_cross_attn_out = HookPoint()
+        self.hook_resid_mid_cross = HookPoint()
+        self.norm3 = nn.LayerNorm(input_dim, bias=bias)
+        self.mlp = MLP(input_dim, dim_feedforward, activation, dropout, bias)
+        self.hook_mlp_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+        self.dropout = make_dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        kv_cache: KVCache | None = None,
+        memory_kv_cache: KVCache | None = None,
+    ) -> Tensor:
+        """x: [B, T, D] (target so far), memory: [B, S, D] (encoder output) -> [B, T, D].
+
+        `mask == 0` hides a target key from self-attention (padding; the causal mask is added here),
+        `memory_mask == 0` a source position from cross-attention. `kv_cache` holds the self-attention's
+        keys and values of earlier positions, `memory_kv_cache` the cross-attention's (computed once)."""
+        x = self.hook_resid_pre(x)
+
+        def attend(y: Tensor) -> Tensor:
+            return self.hook_attn_out(self.dropout(self.attn(y, mask, causal=True, kv_cache=kv_cache)))
+
+        def cross(y: Tensor) -> Tensor:
+            out = self.cross_attn(y, memory_mask, kv_cache=memory_kv_cache, memory=memory)
+            return self.hook_cross_attn_out(self.dropout(out))
+
+        if self.norm_first:
+            x = self.hook_resid_mid(x + attend(self.norm1(x)))
+            x = self.hook_resid_mid_cross(x + cross(self.norm2(x)))
+            x = x + self.hook_mlp_out(self.dropout(self.mlp(self.norm3(x))))
+        else:
+            x = self.hook_resid_mid(self.norm1(x + attend(x)))
+            x = self.hook_resid_mid_cross(self.norm2(x + cross(x)))
+            x = self.norm3(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
+        return self.hook_resid_post(x)
 
 
 class TransformerEncoder(HookedModule):

@@ -6,16 +6,20 @@
   tutorial's network for the reverse task).
 * `DecoderLM`: GPT-style; position t sees positions <= t and predicts token t + 1; `generate` writes
   text one token at a time with a KV cache.
+* `EncoderDecoder`: Vaswani et al.'s Transformer: an encoder reads the source, a decoder writes the
+  target, reading the encoder's output through cross-attention; `generate` does greedy or beam search.
 
-Padding: where the config has a `pad_id`, the model hides those positions from attention itself, so a
-sequence gets the same logits on its real positions alone or padded in a batch.
+Padding: where the config has a `pad_id`, the model derives everything from the ids itself: padding
+positions are hidden from attention, and positions count real tokens only, so a sequence gets the same
+logits on its real positions alone or padded in a batch, padded on the right or on the left.
 """
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab.nn.attention import KVCache
-from transformer_lab.nn.blocks import EncoderBlock, make_dropout
+from transformer_lab.nn.blocks import DecoderBlock, EncoderBlock, make_dropout
 from transformer_lab.nn.config import ModelConfig
 from transformer_lab.nn.hooks import HookedModule, HookPoint
 from transformer_lab.nn.positional import make_positional_encoding
@@ -50,45 +54,14 @@ def make_unembedding(config: ModelConfig) -> nn.Module:
     )
 
 
-class TransformerStack(HookedModule):
-    """Token ids -> the residual stream after the final norm, [B, T, model_dim].
+class TokenModel(HookedModule):
+    """A model of `self.config`: what a task and a tool need to know of it."""
 
-    resid_0 = E[token] + P[position];  resid_l = Block_l(resid_{l-1});  out = LN_final(resid_L).
+    config: ModelConfig
 
-    Hook points: `hook_embed` (E[token], [B, T, D]), `hook_pos_embed` (P[position], [B, T, D]), every
-    block's (`blocks.{i}.…`), `ln_final.hook_normalized`.
-    """
-
-    causal = False
-
-    def __init__(self, config: ModelConfig):
-        super().__init__()
-        config.check()
-        self.config = config
-        dim = config.model_dim
-        self.embed = nn.Embedding(config.vocab_size, dim)
-        self.hook_embed = HookPoint()
-        self.input_dropout = make_dropout(config.input_dropout)
-        self.pos_embed = make_positional_encoding(config.positional_encoding, dim, config.max_len)
-        self.hook_pos_embed = HookPoint()
-        self.blocks = nn.ModuleList(
-            EncoderBlock(
-                input_dim=dim,
-                num_heads=config.num_heads,
-                dim_feedforward=config.feedforward_dim,
-                dropout=config.dropout,
-                norm_first=config.norm_first,
-                activation=config.activation,
-                bias=config.bias,
-                scale_attention=config.scale_attention,
-            )
-            for _ in range(config.num_layers)
-        )
-        self.ln_final = FinalNorm(dim, enabled=config.norm_first, bias=config.bias)
-
-    # What a task and a tool need to know of a model.
     @property
     def vocab(self) -> list[str]:
+        """The token strings; token id i is vocab[i]."""
         return self.config.tokens
 
     @property
@@ -108,24 +81,120 @@ class TransformerStack(HookedModule):
         """The longest sequence the model reads (a decoder's context)."""
         return self.config.max_len
 
+
+class Cache:
+    """What a stack remembers between generation steps: each block's self-attention keys and values
+    (and its cross-attention's, computed once from the encoder's output); with padding, which cached
+    positions are real tokens and how many real tokens each row has read (its next position)."""
+
+    def __init__(self, stack: "TransformerStack", batch: int, memory_len: int = 0):
+        attn, like = stack.blocks[0].attn, stack.embed.weight
+
+        def kv_cache(length: int) -> KVCache:
+            return KVCache(batch, attn.num_heads, length, attn.head_dim, like)
+
+        self.blocks = [kv_cache(stack.max_len) for _ in stack.blocks]
+        self.memory = [kv_cache(memory_len) for _ in stack.blocks] if memory_len else None
+        self.real = torch.zeros(batch, 0, dtype=torch.bool, device=like.device)
+        self.count = torch.zeros(batch, dtype=torch.long, device=like.device)
+
+    @property
+    def length(self) -> int:
+        return self.blocks[0].length
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows `index` (beam search). The memory caches are the same for every beam of a source
+        and beams never move between sources, so they stay."""
+        for kv_cache in self.blocks:
+            kv_cache.reorder(index)
+        self.real, self.count = self.real[index], self.count[index]
+
+
+class TransformerStack(TokenModel):
+    """Token ids -> the residual stream after the final norm, [B, T, model_dim].
+
+    resid_0 = E[token] + P[position];  resid_l = Block_l(resid_{l-1});  out = LN_final(resid_L).
+
+    Encoder blocks, causal or not; or, with `cross_attention`, decoder blocks that also read an
+    encoder's output (`memory`). Hook points: `hook_embed` (E[token], [B, T, D]), `hook_pos_embed`
+    (P[position], [B, T, D]), every block's (`blocks.{i}.…`), `ln_final.hook_normalized`.
+    """
+
+    def __init__(self, config: ModelConfig, causal: bool = False, cross_attention: bool = False):
+        super().__init__()
+        config.check()
+        self.config = config
+        self.causal = causal
+        dim = config.model_dim
+        self.embed = nn.Embedding(config.vocab_size, dim)
+        self.hook_embed = HookPoint()
+        self.input_dropout = make_dropout(config.input_dropout)
+        self.pos_embed = make_positional_encoding(config.positional_encoding, dim, config.max_len)
+        self.hook_pos_embed = HookPoint()
+        block = DecoderBlock if cross_attention else EncoderBlock
+        self.blocks = nn.ModuleList(
+            block(
+                input_dim=dim,
+                num_heads=config.num_heads,
+                dim_feedforward=config.feedforward_dim,
+                dropout=config.dropout,
+                norm_first=config.norm_first,
+                activation=config.activation,
+                bias=config.bias,
+                scale_attention=config.scale_attention,
+            )
+            for _ in range(config.num_layers)
+        )
+        self.ln_final = FinalNorm(dim, enabled=config.norm_first, bias=config.bias)
+
     def padding_mask(self, tokens: Tensor) -> Tensor | None:
         """[B, 1, 1, T], False at padding keys (every query ignores them); None without a pad_id."""
         if self.config.pad_id is None:
             return None
         return (tokens != self.config.pad_id)[:, None, None, :]
 
-    def residual_stream(self, tokens: Tensor, kv_caches: list[KVCache] | None = None) -> Tensor:
-        """Token ids [B, T] -> the normalised stream [B, T, D] the unembedding reads. With `kv_caches`,
-        `tokens` are the positions after the cached ones."""
+    def residual_stream(
+        self,
+        tokens: Tensor,
+        cache: Cache | None = None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Token ids [B, T] -> the normalised stream [B, T, D] the unembedding reads. With a `cache`,
+        `tokens` are the positions after the cached ones; `memory` [B, S, D] is what decoder blocks'
+        cross-attention reads, `memory_mask` [B, 1, 1, S] its padding."""
         batch, seq_len = tokens.shape
-        offset = kv_caches[0].length if kv_caches else 0
+        offset = cache.length if cache is not None else 0
+        if offset + seq_len > self.max_len:
+            raise ValueError(
+                f"{offset + seq_len} positions are more than the model's max_len={self.max_len}; "
+                "shorten the input"
+            )
         token_embed = self.hook_embed(self.embed(tokens))
-        pos_embed = self.hook_pos_embed(self.pos_embed.encoding(seq_len, offset).expand(batch, -1, -1))
-        x = self.input_dropout(token_embed) + pos_embed
-        mask = self.padding_mask(tokens)
+        if self.config.pad_id is None:
+            positions = self.pos_embed.encoding(seq_len, offset).expand(batch, -1, -1)
+            mask = None
+        else:  # position = real tokens before this one; padding is hidden from every query
+            real = tokens != self.config.pad_id
+            count = real.cumsum(1) if cache is None else real.cumsum(1) + cache.count[:, None]
+            positions = self.pos_embed.lookup((count - 1).clamp(min=0))
+            if cache is not None:
+                real = torch.cat([cache.real, real], dim=1)
+                cache.real, cache.count = real, count[:, -1]
+            mask = real[:, None, None, :]
+        x = self.input_dropout(token_embed) + self.hook_pos_embed(positions)
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, self.causal, None if kv_caches is None else kv_caches[i])
+            kv_cache = None if cache is None else cache.blocks[i]
+            if memory is None:
+                x = block(x, mask, self.causal, kv_cache)
+            else:
+                memory_cache = None if cache is None or cache.memory is None else cache.memory[i]
+                x = block(x, memory, mask, memory_mask, kv_cache, memory_cache)
         return self.ln_final(x)
+
+    def forward(self, tokens: Tensor, cache: Cache | None = None) -> Tensor:
+        """The stack alone: token ids -> its normalised residual stream [B, T, D]."""
+        return self.residual_stream(tokens, cache)
 
 
 class EncoderClassifier(TransformerStack):
@@ -142,32 +211,26 @@ class EncoderClassifier(TransformerStack):
         return self.unembed(self.residual_stream(tokens))
 
 
+def _tie(unembed: nn.Module, embed: nn.Embedding) -> None:
+    """One matrix for the token embedding and the output layer (Press & Wolf, 2017), initialised N(0, 0.02)
+    as in GPT-2, so that the first logits are near zero."""
+    nn.init.normal_(embed.weight, std=0.02)
+    head = unembed[-1] if isinstance(unembed, nn.Sequential) else unembed
+    head.weight = embed.weight
+
+
 class DecoderLM(TransformerStack):
-    """GPT-style causal language model: tokens [B, T] -> next-token logits [B, T, vocab_size].
-
-    `tie_embeddings` uses the token embedding as the output layer (Press & Wolf, 2017), initialised
-    N(0, 0.02) as in GPT-2 so that the first logits are near zero.
-    """
-
-    causal = True
+    """GPT-style causal language model: tokens [B, T] -> next-token logits [B, T, vocab_size]."""
 
     def __init__(self, config: ModelConfig):
-        super().__init__(config)
+        super().__init__(config, causal=True)
         self.unembed = make_unembedding(config)
         if config.tie_embeddings:
-            nn.init.normal_(self.embed.weight, std=0.02)
-            head = self.unembed[-1] if config.output_mlp else self.unembed
-            head.weight = self.embed.weight
+            _tie(self.unembed, self.embed)
 
-    def forward(self, tokens: Tensor, kv_caches: list[KVCache] | None = None) -> Tensor:
+    def forward(self, tokens: Tensor, cache: Cache | None = None) -> Tensor:
         """Token ids [B, T] -> logits [B, T, vocab_size]; logits[:, t] predict token t + 1."""
-        return self.unembed(self.residual_stream(tokens, kv_caches))
-
-    def new_kv_caches(self, batch: int) -> list[KVCache]:
-        """One empty KV cache per block, each for `max_len` positions."""
-        attn = self.blocks[0].attn
-        like = self.embed.weight
-        return [KVCache(batch, attn.num_heads, self.max_len, attn.head_dim, like) for _ in self.blocks]
+        return self.unembed(self.residual_stream(tokens, cache))
 
     def generate(
         self,
@@ -179,45 +242,194 @@ class DecoderLM(TransformerStack):
         use_cache: bool = True,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """Extend token ids [B, T] by `max_new_tokens` sampled tokens -> [B, T + max_new_tokens].
+        """Extend token ids [B, T] by up to `max_new_tokens` sampled tokens -> [B, T + new tokens].
 
-        The context is cropped to the last `max_len` tokens. With `use_cache` each new token costs one
-        position's work: its keys and values are appended to a per-block KV cache. Positions are absolute,
-        so a full cache cannot slide by one; instead the last half window is re-encoded from position 0
-        (one forward pass every max_len / 2 tokens, so the cost stays amortised). Until the sequence
-        outgrows `max_len`, cached and uncached decoding give identical results. Runs in eval mode under
-        `torch.inference_mode` (no autograd bookkeeping: about 1.4x faster per cached token than no_grad).
-        `temperature=0` is greedy; see `sample_next_token` for top-k and top-p.
+        With `use_cache` each new token costs one position's work: its keys and values are appended to
+        a per-block KV cache. `temperature=0` is greedy; see `sample_next_token` for top-k and top-p.
+        Runs in eval mode under `torch.inference_mode` (no autograd bookkeeping: about 1.4x faster per
+        cached token than no_grad). Cached and uncached decoding give identical results.
+
+        Without padding (a language model) the context is cropped to the last `max_len` tokens. Positions
+        are absolute, so a full cache cannot slide by one; instead the last half window is re-encoded
+        from position 0 (one forward pass every max_len / 2 tokens, so the cost stays amortised).
+        With a `pad_id` (a prompt per row, of different lengths: pad them on the left) generation stops
+        when the context is full; with an `eos_id` a row that wrote <eos> continues with padding, and
+        generation stops once every row has.
         """
         if tokens.ndim != 2 or tokens.size(1) == 0:
             raise ValueError(f"tokens must be [batch, T>0] token ids, got shape {tuple(tokens.shape)}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 0")
         check_sampling_args(temperature, top_k, top_p)
+        pad, eos, block = self.config.pad_id, self.config.eos_id, self.max_len
+        if pad is not None and tokens.size(1) > block:
+            raise ValueError(f"the prompt has {tokens.size(1)} positions, more than max_len={block}")
         was_training = self.training
         self.eval()
-        block = self.max_len
-        caches: list[KVCache] | None = None
+        cache: Cache | None = None
+        finished = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)
         with torch.inference_mode():
             for _ in range(max_new_tokens):
+                if pad is not None and tokens.size(1) > block:
+                    break  # padded rows cannot slide their positions: the context is full
                 if not use_cache:
                     logits = self(tokens[:, -block:])
-                elif caches is None or caches[0].length == block:
-                    window = block if caches is None else max(1, block // 2)
-                    caches = self.new_kv_caches(tokens.size(0))
-                    logits = self(tokens[:, -window:], caches)
+                elif cache is None or cache.length == block:
+                    window = block if cache is None else max(1, block // 2)
+                    cache = Cache(self, tokens.size(0))
+                    logits = self(tokens[:, -window:], cache)
                 else:
-                    logits = self(tokens[:, -1:], caches)
+                    logits = self(tokens[:, -1:], cache)
                 next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)
+                if eos is not None:
+                    next_token = next_token.masked_fill(finished[:, None], eos if pad is None else pad)
+                    finished |= next_token[:, 0] == eos
                 tokens = torch.cat([tokens, next_token], dim=1)
+                if eos is not None and bool(finished.all()):
+                    break
         self.train(was_training)
         return tokens.clone()  # an ordinary tensor again: inference-mode tensors cannot enter autograd
 
 
-MODELS = {"encoder": EncoderClassifier, "decoder": DecoderLM}
+class EncoderDecoder(TokenModel):
+    """The Transformer of Vaswani et al. (2017): source ids [B, S] and target ids [B, T] -> logits
+    [B, T, vocab_size], where logits[:, t] predict target token t + 1 (teacher forcing: the target
+    starts with <bos>).
+
+    `encoder` reads the source (encoder blocks); `decoder` reads the target so far with causal
+    self-attention and the encoder's output with cross-attention (decoder blocks). Source and target
+    share one vocabulary and one token embedding (section 3.4); `tie_embeddings` also makes it the
+    output layer. Hook points are the two stacks', prefixed `encoder.` and `decoder.`.
+    """
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        config.check()
+        if config.pad_id is None or config.bos_id is None or config.eos_id is None:
+            raise ValueError(
+                "an encoder-decoder needs pad_id, bos_id and eos_id (a task with special tokens)"
+            )
+        self.config = config
+        self.encoder = TransformerStack(config)
+        self.decoder = TransformerStack(config, causal=True, cross_attention=True)
+        self.decoder.embed.weight = self.encoder.embed.weight
+        self.unembed = make_unembedding(config)
+        if config.tie_embeddings:
+            _tie(self.unembed, self.encoder.embed)
+
+    def encode(self, source: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The encoder's output [B, S, D] and the source's padding mask [B, 1, 1, S]."""
+        return self.encoder.residual_stream(source), self.encoder.padding_mask(source)
+
+    def forward(self, source: Tensor, target: Tensor) -> Tensor:
+        memory, memory_mask = self.encode(source)
+        return self.unembed(self.decoder.residual_stream(target, memory=memory, memory_mask=memory_mask))
+
+    def generate(
+        self,
+        source: Tensor,
+        max_new_tokens: int | None = None,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        use_cache: bool = True,
+    ) -> Tensor:
+        """Target ids [B, T_out] for source ids [B, S]: the tokens after <bos>, up to and including <eos>,
+        then padding. Greedy with `beam_size=1`, beam search otherwise.
+
+        Beam search keeps the `beam_size` best hypotheses per source, ranked by log p(y | x) / |y|^alpha
+        (`length_penalty` alpha: 0 ranks by probability alone, which favours short outputs; 1 by the mean
+        log-probability per token). A finished hypothesis stays in its beam, extended by padding at no
+        cost. The greedy output is always a candidate too, so beam search never returns a worse score
+        than greedy decoding (plain beam search can). With `use_cache` (the default) the decoder keeps
+        its keys and values and the cross-attention's keys and values are computed once per source;
+        without, every step re-runs the whole decoder (the same result, slower).
+        `max_new_tokens` defaults to `max_len`, the decoder's positions.
+        """
+        self._check_source(source)
+        if max_new_tokens is None:
+            max_new_tokens = self.max_len
+        if not 1 <= max_new_tokens <= self.max_len:
+            raise ValueError(f"max_new_tokens={max_new_tokens} must be between 1 and max_len={self.max_len}")
+        if not (isinstance(beam_size, int) and beam_size >= 1):
+            raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1 (1: greedy)")
+        was_training = self.training
+        self.eval()
+        with torch.inference_mode():
+            output, score = self._beam_search(source, beam_size, max_new_tokens, length_penalty, use_cache)
+            if beam_size > 1:
+                greedy, greedy_score = self._beam_search(source, 1, max_new_tokens, length_penalty, use_cache)
+                width = max(output.size(1), greedy.size(1))
+                output, greedy = (
+                    F.pad(t, (0, width - t.size(1)), value=self.pad_id) for t in (output, greedy)
+                )
+                output = torch.where((greedy_score > score)[:, None], greedy, output)
+            output = output[:, : int((output != self.pad_id).sum(dim=1).max())]  # no all-padding columns
+        self.train(was_training)
+        return output.clone()
+
+    def _check_source(self, source: Tensor) -> None:
+        if source.ndim != 2 or source.size(1) == 0:
+            raise ValueError(f"source must be [batch, S>0] token ids, got shape {tuple(source.shape)}")
+        if source.size(1) > self.max_len:
+            raise ValueError(
+                f"the source has {source.size(1)} tokens, more than the model's max_len={self.max_len}; "
+                "shorten it"
+            )
+        if int(source.min()) < 0 or int(source.max()) >= self.config.vocab_size:
+            raise ValueError(
+                f"source token ids must be in [0, {self.config.vocab_size}); tokenize with the model's vocab"
+            )
+        empty = (source == self.pad_id).all(dim=1).nonzero()
+        if len(empty):
+            raise ValueError(f"source row {int(empty[0])} is empty (only padding); give at least one token")
+
+    def _beam_search(
+        self, source: Tensor, beams: int, steps: int, length_penalty: float, use_cache: bool
+    ) -> tuple[Tensor, Tensor]:
+        """The best of `beams` hypotheses per source ([B, T_out] after <bos>) and its ranking score [B].
+        With beams=1 this is greedy decoding: the top-1 candidate is the argmax of each step."""
+        batch, vocab = source.size(0), self.config.vocab_size
+        memory, memory_mask = self.encode(source)
+        memory, memory_mask = memory.repeat_interleave(beams, 0), memory_mask.repeat_interleave(beams, 0)
+        rows = batch * beams
+        cache = Cache(self.decoder, rows, memory_len=source.size(1)) if use_cache else None
+        tokens = torch.full((rows, 1), self.bos_id, dtype=torch.long, device=source.device)
+        scores = torch.zeros(batch, beams, device=source.device)
+        scores[:, 1:] = float("-inf")  # every beam starts as the same <bos>: expand only the first
+        scores = scores.view(rows)
+        lengths = torch.zeros(rows, dtype=torch.long, device=source.device)
+        finished = torch.zeros(rows, dtype=torch.bool, device=source.device)
+        only_pad = torch.full((vocab,), float("-inf"), device=source.device)
+        only_pad[self.pad_id] = 0.0  # a finished hypothesis continues with padding, at no cost
+        first = torch.arange(batch, device=source.device)[:, None] * beams
+        for _ in range(steps):
+            reads = tokens[:, -1:] if use_cache else tokens
+            hidden = self.decoder.residual_stream(reads, cache, memory, memory_mask)[:, -1]
+            log_probs = F.log_softmax(self.unembed(hidden).float(), dim=-1)
+            log_probs = torch.where(finished[:, None], only_pad, log_probs)
+            new_lengths = lengths + (~finished).long()
+            candidates = scores[:, None] + log_probs  # [rows, V]: log p of each one-token extension
+            ranked = candidates / new_lengths[:, None].clamp(min=1) ** length_penalty
+            best = ranked.view(batch, beams * vocab).topk(beams, dim=-1).indices  # [B, beams]
+            origin = (first + best // vocab).view(rows)
+            token = (best % vocab).view(rows)
+            scores = candidates.view(batch, beams * vocab).gather(1, best).view(rows)
+            tokens = torch.cat([tokens[origin], token[:, None]], dim=1)
+            lengths = new_lengths[origin]
+            finished = finished[origin] | (token == self.eos_id)
+            if cache is not None:
+                cache.reorder(origin)
+            if bool(finished.all()):
+                break
+        ranked = (scores / lengths.clamp(min=1) ** length_penalty).view(batch, beams)
+        best_score, best_beam = ranked.max(dim=-1)
+        return tokens[first[:, 0] + best_beam, 1:], best_score
 
 
-def build_model(config: ModelConfig | dict) -> TransformerStack:
+MODELS = {"encoder": EncoderClassifier, "decoder": DecoderLM, "encoder_decoder": EncoderDecoder}
+
+
+def build_model(config: ModelConfig | dict) -> TokenModel:
     """The model `config.arch` names, freshly initialised."""
     if isinstance(config, dict):
         config = ModelConfig(**config)

@@ -37,6 +37,10 @@ class PositionalEncoding(nn.Module):
         _check_fits(seq_len, offset, self.pe.size(1))
         return self.pe[:, offset : offset + seq_len]
 
+    def lookup(self, positions: Tensor) -> Tensor:
+        """PE of any positions [B, T] (padding-aware positions): [B, T, d_model]."""
+        return self.pe[0][positions]
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x: [B, T, d_model], the tokens at absolute positions offset .. offset + T - 1."""
         return x + self.encoding(x.size(1), offset)
@@ -55,6 +59,10 @@ class LearnedPositionalEncoding(nn.Module):
         _check_fits(seq_len, offset, self.embedding.num_embeddings)
         return self.embedding.weight[offset : offset + seq_len].unsqueeze(0)
 
+    def lookup(self, positions: Tensor) -> Tensor:
+        """P[positions] for any positions [B, T]: [B, T, d_model]."""
+        return self.embedding(positions)
+
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         return x + self.encoding(x.size(1), offset)
 
@@ -69,6 +77,10 @@ class NoPositionalEncoding(nn.Module):
     def encoding(self, seq_len: int, offset: int = 0) -> Tensor:
         """Zeros [1, seq_len, d_model]."""
         return self.zero.expand(1, seq_len, -1)
+
+    def lookup(self, positions: Tensor) -> Tensor:
+        """Zeros [B, T, d_model]."""
+        return self.zero.expand(*positions.shape, -1)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         return x

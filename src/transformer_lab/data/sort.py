@@ -1,0 +1,58 @@
+"""The sort task: a list of digits in, the sorted list of its distinct digits out (`3 1 3 9 1` ->
+`1 3 9`). Lengths vary on both sides and the output is usually shorter than the input, so a model must
+decide when to stop: the encoder-decoder (the default) or the decoder-only model, not an encoder that
+labels each input position."""
+
+import torch
+
+from transformer_lab.data.seq2seq import Seq2SeqDataModule
+from transformer_lab.errors import require
+
+
+class SortDataModule(Seq2SeqDataModule):
+    """Lists of `min_seq_len` to `seq_len` digits "0" .. str(num_categories - 1) (uniform length, then
+    uniform digits); the target is the sorted set of its digits."""
+
+    architectures = ("encoder_decoder", "decoder")
+
+    def __init__(
+        self,
+        arch: str = "encoder_decoder",
+        num_categories: int = 10,
+        seq_len: int = 16,
+        min_seq_len: int = 1,
+        train_size: int = 50_000,
+        val_size: int = 1_000,
+        test_size: int = 10_000,
+        batch_size: int = 128,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__(arch, train_size, val_size, test_size, batch_size, num_workers, seed)
+        require(
+            isinstance(seq_len, int) and seq_len > 0, f"data.seq_len={seq_len!r} must be a positive integer"
+        )
+        require(
+            isinstance(min_seq_len, int) and 1 <= min_seq_len <= seq_len,
+            f"data.min_seq_len={min_seq_len!r} must be an integer from 1 to data.seq_len={seq_len}",
+        )
+        require(
+            isinstance(num_categories, int) and num_categories >= 2,
+            f"data.num_categories={num_categories!r} must be an integer >= 2",
+        )
+        self.save_hyperparameters()
+        self.symbols = [str(i) for i in range(num_categories)]
+        self.min_seq_len = min_seq_len
+        self.max_source_len = seq_len
+        self.max_target_len = min(seq_len, num_categories)
+
+    def draw(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        categories = len(self.symbols)
+        lengths = torch.randint(self.min_seq_len, self.max_source_len + 1, (size, 1), generator=generator)
+        digits = torch.randint(categories, (size, self.max_source_len), generator=generator)
+        sources = digits.masked_fill(torch.arange(self.max_source_len) >= lengths, -1)
+        present = torch.zeros(size, categories + 1, dtype=torch.bool).scatter_(1, sources + 1, True)[:, 1:]
+        # the present digits in increasing order, then -1s: sort the digits, absent ones last
+        ranked = torch.where(present, torch.arange(categories), categories).sort(dim=1).values
+        targets = ranked.masked_fill(ranked == categories, -1)
+        return sources, targets[:, : self.max_target_len]
