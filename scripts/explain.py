@@ -2,10 +2,13 @@
 
     python scripts/explain.py ckpt_path=saved_models/reverse/<run>/checkpoints/best.ckpt index=5
     python scripts/explain.py ckpt_path=<decoder run>/checkpoints/best.ckpt text="ROMEO:" out_dir=explain_out
+    python scripts/explain.py ckpt_path=saved_models/sort/<run>/checkpoints/best.ckpt text="3 1 3 9 1"
 
 The input is test example `index=` of the checkpoint's task (default 0), or your own `text=` (written as
-the task writes it: characters for Tiny Shakespeare, "3 1 4 1" for digit tasks). Writes
-attention_grid.png, head_mean_first.png, head_mean_last.png, rollout.png and gradient_attention.png, and
+the task writes it: characters for Tiny Shakespeare, "3 1 4 1" for digit tasks; for an encoder-decoder,
+the source). Writes attention_grid.png, head_mean_first.png, head_mean_last.png, rollout.png and
+gradient_attention.png (an encoder-decoder: encoder_attention.png, decoder_attention.png,
+cross_attention.png, rollout.png, gradient_attention.png, explaining the output it generates), and
 prints, for every output position, the input position it relies on most.
 """
 
@@ -21,13 +24,13 @@ from transformer_lab.checkpoints import (
     tokenizer_from_checkpoint,
 )
 from transformer_lab.cli import parse_key_values, pick_device, run
-from transformer_lab.errors import require
-from transformer_lab.nn import TokenModel
+from transformer_lab.errors import as_config_error, require
+from transformer_lab.nn import EncoderDecoder, TokenModel
 
 KEYS = {
     "ckpt_path": "checkpoint to explain (required), e.g. <run>/checkpoints/best.ckpt",
     "index": "which test example of the checkpoint's task (default 0)",
-    "text": 'your own input instead, e.g. text="ROMEO:" (Shakespeare) or text="3 1 4 1" (digits)',
+    "text": 'your own input instead, e.g. text="ROMEO:" (Shakespeare) or text="3 1 4 1" (digits, a source)',
     "out_dir": "where to write the PNGs (default explain_out)",
     "device": "auto | cpu | cuda | mps (default auto)",
 }
@@ -55,7 +58,8 @@ def model_input(checkpoint: dict, model: TokenModel, args: dict[str, str]) -> to
     index = args.get("index", "0")
     require(index.isdigit(), f"index={index} is not a test example; use an integer >= 0")
     inputs, _ = task_from_checkpoint(checkpoint, path).example(int(index), split="test")
-    return inputs[0]
+    tokens = inputs[0]
+    return tokens if model.pad_id is None else tokens[:, tokens[0] != model.pad_id]  # without padding
 
 
 def most_relevant_table(
@@ -86,12 +90,73 @@ def off_diagonal_max(matrix: torch.Tensor) -> float:
 def explain_checkpoint(args: dict[str, str]) -> None:
     checkpoint = read_checkpoint(args["ckpt_path"])
     model = model_from_checkpoint(checkpoint, args["ckpt_path"], pick_device(args.get("device", "auto")))
-    device = next(model.parameters()).device
-    x = model_input(checkpoint, model, args).to(device)
-    causal = model.causal
+    x = model_input(checkpoint, model, args).to(next(model.parameters()).device)
     out_dir = Path(args.get("out_dir", "explain_out"))
     out_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(model, EncoderDecoder):
+        explain_encoder_decoder(model, x, out_dir)
+    else:
+        explain_stack(model, x, out_dir)
 
+
+def explain_encoder_decoder(model: EncoderDecoder, source: torch.Tensor, out_dir: Path) -> None:
+    """The output the model generates for `source`, and how each output token reads the source."""
+    with as_config_error():
+        output = model.generate(source)
+    target = torch.cat([torch.full_like(output[:, :1], model.bos_id), output[:, :-1]], dim=1)
+    maps = explain.encoder_decoder_maps(model, source, target)
+    # each output token's relevance as shares of 1 over the source: rows are comparable across outputs
+    # (a confident output's gradient, and so its relevance, is small in absolute terms)
+    rollout, relevance = (
+        m / m.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+        for m in (
+            explain.encoder_decoder_rollout(maps)[0],
+            explain.source_relevance(model, source, target)[0],
+        )
+    )
+    vocab = model.vocab
+    source_tokens = plots.token_labels([vocab[i] for i in source[0].tolist()])
+    target_tokens = plots.token_labels([vocab[i] for i in target[0].tolist()])
+    output_tokens = plots.token_labels([vocab[i] for i in output[0].tolist()])
+    figures = {
+        "encoder_attention": plots.attention_grid(
+            maps["encoder"], source_tokens, title="Encoder self-attention"
+        ),
+        "decoder_attention": plots.attention_grid(
+            maps["decoder"], target_tokens, title="Decoder self-attention (causal; row = target position)"
+        ),
+        "cross_attention": plots.attention_grid(
+            maps["cross"], source_tokens, title="Cross-attention (row = target, column = source)",
+            row_tokens=target_tokens,
+        ),
+        "rollout": plots.token_map(
+            rollout, source_tokens, "Rollout (Chefer et al.)", output_tokens,
+            xlabel="source", ylabel="output token", colorbar_label="share of the output's relevance",
+        ),
+        "gradient_attention": plots.token_map(
+            relevance, source_tokens, "Gradient x attention (Chefer et al.)", output_tokens,
+            xlabel="source", ylabel="output token", colorbar_label="share of the output's relevance",
+        ),
+    }  # fmt: skip
+    for name, figure in figures.items():
+        figure.savefig(out_dir / f"{name}.png", dpi=100)
+    by_rollout, by_gradient = rollout.argmax(-1).tolist(), relevance.argmax(-1).tolist()
+    print(f"source: {' '.join(source_tokens)}")
+    print(f"output: {' '.join(output_tokens)}")
+    print("Source position each output token relies on most (its share of the output's relevance):")
+    print(f"{'output':>6} {'token':>7} | {'rollout':<17} | gradient-attention")
+    for t, token in enumerate(output_tokens):
+        cells = [
+            f"{j:>3} {source_tokens[j]!r:>5} {float(m[t, j]):.2f}"
+            for m, j in ((rollout, by_rollout[t]), (relevance, by_gradient[t]))
+        ]
+        print(f"{t:>6} {token!r:>7} | {cells[0]:<17} | {cells[1]}")
+    print(f"Wrote {', '.join(f'{name}.png' for name in figures)} to {out_dir}")
+
+
+def explain_stack(model: TokenModel, x: torch.Tensor, out_dir: Path) -> None:
+    """Self-attention of an encoder or a decoder-only model on `x`, and what each output relies on."""
+    causal = model.causal
     with torch.no_grad():
         maps = explain.attention_maps(model, x)
         predicted_ids = model(x).argmax(dim=-1)[0].tolist()

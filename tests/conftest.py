@@ -9,10 +9,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from transformer_lab.data.task import TaskDataModule
 from transformer_lab.nn import DecoderLM, EncoderClassifier, ModelConfig, TransformerStack
 from transformer_lab.predictor import TransformerPredictor
 from transformer_lab.train import CONFIG_MODULE
@@ -94,6 +96,33 @@ def load_script(name: str) -> ModuleType:
     return module
 
 
+def save_task_checkpoint(path: Path, task: TaskDataModule, **net: object) -> Path:
+    """What train.py saves, minus the optimizer: a freshly initialised model for `task` (its vocabulary,
+    positions and architecture, sizes by keyword) with the task's record, written to `path`."""
+    config = ModelConfig(**(task.model_settings() | dict(model_dim=32, num_heads=2, num_layers=2) | net))
+    model = TransformerPredictor(net=config.to_dict())
+    cls = type(task)
+    record = {"class": f"{cls.__module__}.{cls.__qualname__}", "separator": task.separator}
+    checkpoint = {
+        "state_dict": model.state_dict(),
+        "hyper_parameters": dict(model.hparams),
+        "datamodule_hyper_parameters": dict(task.hparams),
+        "task": record,
+    }
+    torch.save(checkpoint, path)
+    return path
+
+
 @pytest.fixture
 def train_config(tmp_path):
     return lambda *overrides: compose_train_config(tmp_path, *overrides)
+
+
+@pytest.fixture(scope="session")
+def trained_sort(tmp_path_factory) -> tuple[Path, dict]:
+    """`python train.py task=sort` (the encoder-decoder, with the settings the task ships), trained once
+    per test session: its run directory and metrics."""
+    from transformer_lab.train import train
+
+    run_dir = tmp_path_factory.mktemp("sort")
+    return run_dir, train(compose_train_config(run_dir, "task=sort", base=COMMON))

@@ -122,8 +122,8 @@ def test_relevance_accumulates_layers_later_on_the_left():
 
 
 def test_gradient_is_taken_with_respect_to_the_softmax_output():
-    """One post-norm layer with its attention matrix A as an explicit input: d logit / d A computed here
-    by hand must give the same relevance, I + mean_h relu(dy/dA ⊙ A), as explain.gradient_attention."""
+    """One post-norm layer with its attention matrix A as an explicit input: d log p(y) / d A computed
+    here by hand must give the same relevance, I + mean_h relu(dy/dA ⊙ A), as explain.gradient_attention."""
     model = _model(num_layers=1).eval()
     x = torch.randint(10, (2, 6))
     block = model.blocks[0]
@@ -134,8 +134,9 @@ def test_gradient_is_taken_with_respect_to_the_softmax_output():
     out = attn.o_proj((a @ v).transpose(1, 2).reshape(2, 6, attn.embed_dim))
     h1 = block.norm1(h + out)
     logits = model.unembed(block.norm2(h1 + block.mlp(h1)))
-    target = logits[:, 3].argmax(-1)
-    (grad,) = torch.autograd.grad(logits[:, 3].gather(1, target[:, None]).sum(), a)
+    log_probs = logits[:, 3].log_softmax(-1)  # relevance explains the predicted class's log-probability
+    target = log_probs.argmax(-1)
+    (grad,) = torch.autograd.grad(log_probs.gather(1, target[:, None]).sum(), a)
     expected = torch.eye(6) + (grad * a).clamp(min=0).mean(1)
     torch.testing.assert_close(explain.gradient_attention(model, x, position=3), expected.detach())
 

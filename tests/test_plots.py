@@ -14,6 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformer_lab import CosineWarmupScheduler, TransformerPredictor, plots
 from transformer_lab.callbacks import AttentionMapCallback
 from transformer_lab.data import ReverseDataModule
+from transformer_lab.data.seq2seq import PAD
 from transformer_lab.errors import ConfigError
 from transformer_lab.nn import ModelConfig, PositionalEncoding
 from transformer_lab.train import CONFIG_MODULE
@@ -90,10 +91,14 @@ def test_lr_schedule_adds_a_close_up_of_a_short_warmup(tmp_path):
 
 
 # -------------------------------------------------------------------------------- TensorBoard callback
-def _fit(tmp_path, callback: AttentionMapCallback, epochs: int, logger: bool = True) -> None:
+def _fit(
+    tmp_path, callback: AttentionMapCallback, epochs: int, logger: bool = True, arch: str = "encoder"
+) -> None:
     torch.manual_seed(0)
-    datamodule = ReverseDataModule(seq_len=6, train_size=64, val_size=32, test_size=32, batch_size=32)
-    net = ModelConfig(num_layers=2, num_heads=2, vocab=datamodule.vocab, max_len=datamodule.max_len)
+    datamodule = ReverseDataModule(
+        arch=arch, seq_len=6, min_seq_len=3, train_size=64, val_size=32, test_size=32, batch_size=32
+    )
+    net = ModelConfig(arch=arch, num_layers=2, num_heads=2, **datamodule.model_settings())
     model = TransformerPredictor(net=net.to_dict(), max_iters=10)
     trainer = L.Trainer(
         max_epochs=epochs,
@@ -108,13 +113,13 @@ def _fit(tmp_path, callback: AttentionMapCallback, epochs: int, logger: bool = T
     trainer.fit(model, datamodule=datamodule)
 
 
-def _images(tmp_path) -> list:
+def _images(tmp_path, tag: str = "attention/val_example") -> list:
     images = []
     for events in sorted(tmp_path.glob("events.out.tfevents.*")):
         accumulator = EventAccumulator(str(events), size_guidance={"images": 0})
         accumulator.Reload()
-        if "attention/val_example" in accumulator.Tags()["images"]:
-            images += accumulator.Images("attention/val_example")
+        if tag in accumulator.Tags()["images"]:
+            images += accumulator.Images(tag)
     return images
 
 
@@ -127,6 +132,17 @@ def test_callback_logs_the_attention_grid_as_an_image(tmp_path):
         image.width > 300 and image.height > 200 and len(image.encoded_image_string) > 5_000
         for image in images
     )
+
+
+def test_callback_shows_an_encoder_decoder_s_cross_attention_next_to_its_self_attention(tmp_path):
+    callback = AttentionMapCallback()
+    _fit(tmp_path, callback, epochs=1, arch="encoder_decoder")
+    source, target = callback._example
+    assert (source != PAD).all() and (target != PAD).all()  # the example is shown without its padding
+    for kind in ("encoder", "decoder", "cross"):
+        (image,) = _images(tmp_path, f"attention/val_example/{kind}")
+        assert image.step == 2 and len(image.encoded_image_string) > 5_000
+    assert not _images(tmp_path)
 
 
 def test_callback_without_tensorboard_does_nothing(tmp_path):

@@ -2,11 +2,14 @@
 targets, generation from padded prompts, and each architecture trained to the target end to end."""
 
 import json
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
-from tests.conftest import COMMON, compose_train_config, gpt_decoder
+from tests.conftest import COMMON, compose_train_config, gpt_decoder, load_script, save_task_checkpoint
+from transformer_lab.cli import run
 from transformer_lab.data import IGNORE_INDEX, ReverseDataModule, SortDataModule
 from transformer_lab.data.seq2seq import BOS, EOS, PAD, SEP
 from transformer_lab.errors import ConfigError
@@ -109,3 +112,85 @@ def test_the_shipped_settings_reach_the_target(tmp_path, task, model, target):
     metrics = train(compose_train_config(tmp_path, f"task={task}", f"model={model}", base=COMMON))
     assert metrics["test/seq_acc"] >= target
     assert json.loads((tmp_path / "metrics.json").read_text())["test/seq_acc"] == metrics["test/seq_acc"]
+
+
+@pytest.mark.slow
+def test_python_train_py_task_sort_reaches_the_target(trained_sort):
+    run_dir, metrics = trained_sort
+    assert metrics["test/seq_acc"] >= 0.99 and metrics["metric"] == "val/seq_acc"
+    assert (run_dir / "checkpoints" / "best.ckpt").is_file()
+
+
+@pytest.fixture(scope="module")
+def reverse_checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """An untrained reverse checkpoint (digits 2 to 6 long) for each architecture."""
+    folder = tmp_path_factory.mktemp("reverse")
+    torch.manual_seed(0)
+    return {
+        arch: save_task_checkpoint(
+            folder / f"{arch}.ckpt", ReverseDataModule(arch=arch, seq_len=6, min_seq_len=2), arch=arch
+        )
+        for arch in ("encoder", "decoder", "encoder_decoder")
+    }
+
+
+@pytest.fixture(scope="module")
+def sample_script() -> ModuleType:
+    return load_script("sample")
+
+
+@pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder_decoder"])
+def test_sample_py_maps_a_source_on_every_architecture(sample_script, reverse_checkpoints, capsys, arch):
+    sample_script.main([f"ckpt_path={reverse_checkpoints[arch]}", "source=3 1 4 1"])
+    source, output = capsys.readouterr().out.rstrip("\n").split(" -> ")
+    assert source == "3 1 4 1"
+    if arch == "encoder":
+        assert len(output.split()) == 4  # one label per source position
+    else:
+        assert "<pad>" not in output and "<eos>" not in output  # the output stops before <eos>
+
+
+@pytest.mark.parametrize(
+    ("arch", "args", "message"),
+    [
+        ("encoder_decoder", ["source=3 x"], "1 token(s) not in the vocabulary: 'x'"),
+        ("encoder_decoder", ["source= "], "the source is empty; give at least one token"),
+        ("encoder_decoder", ["source=1 2 3 4 5 6 7"], "the source has 7 tokens, more than this task's 6"),
+        ("encoder_decoder", ["source=<eos> 1"], "holds <eos>; write only the task's symbols"),
+        ("encoder_decoder", ["source=1", "beam_size=0"], "beam_size=0 must be an integer >= 1"),
+        ("encoder_decoder", ["source=1", "beam_size=two"], "beam_size=two is not an integer"),
+        ("decoder", ["source=1", "beam_size=2"], "beam_size=2 needs an encoder-decoder checkpoint"),
+        ("encoder_decoder", ["prompt=1 2"], "encoder_decoder checkpoint; give it an input with source="),
+        ("encoder_decoder", ["source=1", "prompt=1"], "pass either source= (a task's input) or prompt="),
+    ],
+)
+def test_sample_py_bad_sources_are_one_line_errors(
+    sample_script, reverse_checkpoints, capsys, arch, args, message
+):
+    with pytest.raises(SystemExit) as exit_info:
+        run(sample_script.main, [f"ckpt_path={reverse_checkpoints[arch]}", *args])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert message in err, err
+
+
+@pytest.mark.slow
+def test_sample_py_sorts_with_the_trained_model_greedy_and_beam(trained_sort, sample_script, capsys):
+    ckpt = trained_sort[0] / "checkpoints" / "best.ckpt"
+    for beam in ("1", "4"):
+        sample_script.main([f"ckpt_path={ckpt}", "source=3 1 3 9 1 7 0", f"beam_size={beam}"])
+        assert capsys.readouterr().out == "3 1 3 9 1 7 0 -> 0 1 3 7 9\n"
+
+
+@pytest.mark.slow
+def test_explain_py_shows_cross_attention_of_the_trained_model(trained_sort, tmp_path, capsys):
+    ckpt = trained_sort[0] / "checkpoints" / "best.ckpt"
+    load_script("explain").main([f"ckpt_path={ckpt}", "text=3 1 3 9 1 5 0", f"out_dir={tmp_path}"])
+    names = ["encoder_attention", "decoder_attention", "cross_attention", "rollout", "gradient_attention"]
+    for name in names:
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "output: 0 1 3 5 9 <eos>" in out
+    rows = out.split("gradient-attention\n")[1].splitlines()[:5]
+    by_gradient = [row.split("|")[2].split()[1].strip("'") for row in rows]
+    assert by_gradient == ["0", "1", "3", "5", "9"]  # each digit relies on a source place holding it

@@ -11,6 +11,7 @@ from torch import Tensor
 from transformer_lab import explain, plots
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import TrainingDiverged, require
+from transformer_lab.nn import EncoderDecoder
 
 
 class BestCheckpoint(Checkpoint):
@@ -195,11 +196,14 @@ def _tensorboard_logger_due(trainer: L.Trainer, every_n_epochs: int) -> TensorBo
 
 class AttentionMapCallback(L.Callback):
     """Log the attention grid (rows = layers, columns = heads) of one fixed validation example to
-    TensorBoard as the image `attention/val_example`, after every `every_n_epochs`-th validation.
+    TensorBoard as the image `attention/val_example`, after every `every_n_epochs`-th validation; for an
+    encoder-decoder three grids, `attention/val_example/encoder`, `.../decoder` and `.../cross` (target
+    rows, source columns).
 
-    The example is the task's first validation example, cut to its first `max_tokens` tokens so the
-    figure stays readable and cheap (for a causal decoder the cut changes nothing before it). Does
-    nothing without a TensorBoard logger or a task, on other ranks than 0, and during the sanity check.
+    The example is the task's first validation example without its padding, cut to its first
+    `max_tokens` tokens so the figure stays readable and cheap (for a causal decoder the cut changes
+    nothing before it). Does nothing without a TensorBoard logger or a task, on other ranks than 0, and
+    during the sanity check.
     """
 
     def __init__(self, every_n_epochs: int = 1, max_tokens: int = 32):
@@ -218,14 +222,32 @@ class AttentionMapCallback(L.Callback):
             return
         if self._example is None:
             inputs, _ = task.example(0, split="val")
+            if task.pad_id is not None:
+                inputs = tuple(x[:, x[0] != task.pad_id] for x in inputs)
             self._example = tuple(x[:, : self.max_tokens] for x in inputs)
         inputs = tuple(x.to(pl_module.device) for x in self._example)
-        with torch.no_grad():
-            maps = explain.attention_maps(pl_module.net, *inputs)
-        tokens = task.tokenizer.tokens(inputs[0][0])
+        tokens = [task.tokenizer.tokens(x[0]) for x in inputs]
         title = f"Validation example, epoch {trainer.current_epoch}"
-        figure = plots.attention_grid(maps, tokens, title=title)
-        logger.experiment.add_figure("attention/val_example", figure, global_step=trainer.global_step)
+        with torch.no_grad():
+            if isinstance(pl_module.net, EncoderDecoder):
+                maps = explain.encoder_decoder_maps(pl_module.net, *inputs)
+                source, target = tokens
+                figures = {
+                    "attention/val_example/encoder": plots.attention_grid(
+                        maps["encoder"], source, title=f"Encoder self-attention. {title}"
+                    ),
+                    "attention/val_example/decoder": plots.attention_grid(
+                        maps["decoder"], target, title=f"Decoder self-attention. {title}"
+                    ),
+                    "attention/val_example/cross": plots.attention_grid(
+                        maps["cross"], source, title=f"Cross-attention. {title}", row_tokens=target
+                    ),
+                }
+            else:
+                maps = explain.attention_maps(pl_module.net, *inputs)
+                figures = {"attention/val_example": plots.attention_grid(maps, tokens[0], title=title)}
+        for tag, figure in figures.items():
+            logger.experiment.add_figure(tag, figure, global_step=trainer.global_step)
 
 
 class TextSampleCallback(L.Callback):

@@ -8,9 +8,13 @@ touches its parameters or their `.grad`, leaves no hook behind, and works on any
 * `attention_rollout`: Abnar & Zuidema (2020), "Quantifying Attention Flow in Transformers".
 * `gradient_attention`: Chefer, Gur & Wolf (2021), "Generic Attention-model Explainability for
   Interpreting Bi-Modal and Encoder-Decoder Transformers" (their rule for self-attention).
+* `encoder_decoder_maps`, `encoder_decoder_rollout`, `source_relevance`: the same for an
+  encoder-decoder, whose outputs read the source through cross-attention (Chefer et al.'s rules for
+  encoder-decoder models): how much each source token matters for each output token.
 
 Conventions: a relevance matrix R is [B, T, T]; row i is about output position i, column j about input
-position j. In a causal decoder output t predicts token t + 1, and R is lower-triangular.
+position j. In a causal decoder output t predicts token t + 1, and R is lower-triangular. For an
+encoder-decoder R is [B, T_target, S_source]: row t is about the output predicted at target position t.
 Attention weights are where information is *routed*, not proof of what the prediction depends on
 (Jain & Wallace, 2019; Wiegreffe & Pinter, 2019): use the deletion test in the tests as a reality check.
 """
@@ -69,23 +73,29 @@ def attention_rollout(maps: list[Tensor], residual: bool = True) -> Tensor:
     return rollout
 
 
-def _logits_and_maps(model: HookedModule, inputs: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor]]:
+def _logits_and_patterns(model: HookedModule, inputs: tuple[Tensor, ...]) -> tuple[Tensor, dict[str, Tensor]]:
     """One forward pass returning the logits *and* the attention weights they were computed from (the
-    `hook_pattern` activations, kept in the graph, so d logit / d attention exists). For a frozen model
-    the token embeddings are made to require grad, so gradients still flow back to the weights."""
-    maps: list[Tensor] = []
+    `hook_pattern` activations by name, kept in the graph, so d logit / d attention exists). For a frozen
+    model the token embeddings are made to require grad, so gradients still flow back to the weights."""
+    patterns: dict[str, Tensor] = {}
 
     def track(embedding: Tensor, hook: HookPoint) -> Tensor:
         return embedding if embedding.requires_grad else embedding.detach().requires_grad_()
 
     def keep(pattern: Tensor, hook: HookPoint) -> None:
-        maps.append(pattern)
+        patterns[hook.name] = pattern
 
     hooks = [
         (lambda name: name.endswith("hook_embed"), track),
         (lambda name: name.endswith("hook_pattern"), keep),
     ]
-    return model.run_with_hooks(*inputs, fwd_hooks=hooks), maps
+    return model.run_with_hooks(*inputs, fwd_hooks=hooks), patterns
+
+
+def _logits_and_maps(model: HookedModule, inputs: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor]]:
+    """`_logits_and_patterns` with the patterns as a list, in forward order."""
+    logits, patterns = _logits_and_patterns(model, inputs)
+    return logits, list(patterns.values())
 
 
 def _relevance(maps: list[Tensor], logit: Tensor, retain_graph: bool) -> Tensor:
@@ -100,9 +110,14 @@ def _relevance(maps: list[Tensor], logit: Tensor, retain_graph: bool) -> Tensor:
 
 
 def _chosen_logit(logits: Tensor, position: int, target: int | Tensor | None) -> Tensor:
-    """Sum over the batch of logit[b, position, target_b]: sequences do not interact, so the gradient of
-    the sum with respect to sequence b's attention is the gradient of sequence b's own logit."""
-    scores = logits[:, position]
+    """Sum over the batch of log p(target_b) at `position`: sequences do not interact, so the gradient of
+    the sum with respect to sequence b's attention is the gradient of sequence b's own log-probability.
+
+    The log-probability, log p(y) = logit_y - logsumexp(logits), not the raw logit of Chefer et al.'s
+    code: what raises the other classes as much as y explains nothing about y. On the trained sort model
+    this puts the most relevant source position on the output digit for 93% of outputs, against 70% for
+    the logit (see the README)."""
+    scores = logits[:, position].float().log_softmax(dim=-1)
     if target is None:
         target = scores.argmax(dim=-1)
     target = torch.as_tensor(target, device=scores.device).expand(scores.size(0))
@@ -122,7 +137,7 @@ def gradient_attention(
 ) -> Tensor:
     """Gradient-weighted attention relevance (Chefer, Gur & Wolf, 2021) for one output position.
 
-    For the logit y of class `target` (default: the predicted class) at output `position`, per layer
+    For y = log p(`target`) (default: the predicted class) at output `position`, per layer
         A_bar = mean over heads of relu(dy/dA ⊙ A),   R <- R + A_bar R,   starting from R = I.
     A is the softmax output that multiplies V. Returns R [B, T, T] (non-negative); row `position` is the
     relevance of each input token for that output. `target`: an int or one class per sequence [B].
@@ -162,3 +177,85 @@ def most_relevant(relevance: Tensor, exclude_self: bool = True, causal: bool = F
     scores = relevance.masked_fill(~allowed, float("-inf"))
     best = scores.argmax(dim=-1)
     return best.masked_fill(~allowed.any(dim=-1), -1)
+
+
+# ------------------------------------------------------------------------------ encoder-decoder models
+def _group(patterns: dict[str, Tensor]) -> dict[str, list[Tensor]]:
+    """Patterns by kind, each list in layer order: encoder self-attention, decoder self-attention,
+    decoder cross-attention."""
+    kinds = {"encoder": [], "decoder": [], "cross": []}
+    for name, pattern in patterns.items():
+        kind = "cross" if ".cross_attn." in name else name.split(".")[0]
+        kinds[kind].append(pattern)
+    return kinds
+
+
+def encoder_decoder_maps(model: HookedModule, source: Tensor, target: Tensor) -> dict[str, list[Tensor]]:
+    """The attention weights of an encoder-decoder, by kind: `encoder` [B, H, S, S] (self-attention over
+    the source), `decoder` [B, H, T, T] (causal self-attention over the target) and `cross`
+    [B, H, T, S] (target rows reading source columns), one per layer. `target` starts with <bos>."""
+    with _eval_mode(model):
+        _, cache = model.run_with_cache(
+            source, target, names_filter=lambda name: name.endswith("hook_pattern")
+        )
+    return _group(cache)
+
+
+def _normalised(relevance: Tensor) -> Tensor:
+    """Chefer et al.'s eq. 8-9: a self-relevance R without its identity, rows rescaled to sum to 1, plus
+    the identity again, so that a stack that mostly kept each token to itself does not dominate."""
+    eye = torch.eye(relevance.size(-1), dtype=relevance.dtype, device=relevance.device)
+    context = relevance - eye
+    return context / context.sum(dim=-1, keepdim=True).clamp(min=1e-12) + eye
+
+
+def _propagate(encoder: list[Tensor], decoder: list[Tensor], cross: list[Tensor]) -> Tensor:
+    """Relevance of the source for every target position, [B, T, S], from head-aggregated maps A_bar
+    ([B, ., .] per layer), following Chefer et al. (2021) for encoder-decoder models:
+
+        encoder layers:                R_ss <- R_ss + A_bar R_ss                    (R_ss = I at first)
+        each decoder block, self:      R_tt <- R_tt + A_bar R_tt,  R_ts <- R_ts + A_bar R_ts
+                            cross:     R_ts <- R_ts + norm(R_tt) A_bar norm(R_ss)  (R_tt = I, R_ts = 0)
+
+    Their rule 10 multiplies by norm(R_tt) transposed; their decoders (DETR, LXMERT) attend both ways.
+    Here the decoder is causal, and its row t has only read positions <= t: the transpose would let an
+    output take relevance from later outputs, so norm(R_tt) is used as it is.
+    """
+    batch, source_len, target_len = encoder[0].size(0), encoder[0].size(-1), decoder[0].size(-1)
+    like = encoder[0]
+    r_ss = torch.eye(source_len, dtype=like.dtype, device=like.device).expand(batch, -1, -1)
+    for a_bar in encoder:
+        r_ss = r_ss + a_bar @ r_ss
+    r_tt = torch.eye(target_len, dtype=like.dtype, device=like.device).expand(batch, -1, -1)
+    r_ts = torch.zeros(batch, target_len, source_len, dtype=like.dtype, device=like.device)
+    for self_bar, cross_bar in zip(decoder, cross, strict=True):
+        r_tt, r_ts = r_tt + self_bar @ r_tt, r_ts + self_bar @ r_ts
+        r_ts = r_ts + _normalised(r_tt) @ cross_bar @ _normalised(r_ss)
+    return r_ts
+
+
+def encoder_decoder_rollout(maps: dict[str, list[Tensor]]) -> Tensor:
+    """Attention-only relevance of the source for each target position, [B, T, S]: the propagation of
+    `source_relevance` with each layer's plain head-mean attention (rollout's weights, no gradients)."""
+    kinds = {kind: [m.mean(dim=1) for m in layers] for kind, layers in maps.items()}
+    return _propagate(kinds["encoder"], kinds["decoder"], kinds["cross"]).detach()
+
+
+def source_relevance(model: HookedModule, source: Tensor, target: Tensor) -> Tensor:
+    """Gradient-weighted relevance of each source token for each output of an encoder-decoder, [B, T, S]
+    (Chefer, Gur & Wolf, 2021): row t explains y = log p of the class predicted at target position t (the
+    token after target[:, t]), with A_bar = mean over heads of relu(dy/dA ⊙ A) in every layer. One
+    forward pass, then one backward pass per target position. `target` starts with <bos>."""
+    with _grad_enabled(model):
+        logits, patterns = _logits_and_patterns(model, (source.clone(), target.clone()))
+        names, maps = list(patterns), list(patterns.values())
+        rows = []
+        for t in range(target.size(1)):
+            logit = _chosen_logit(logits, t, None)
+            grads = torch.autograd.grad(logit, maps, retain_graph=t < target.size(1) - 1)
+            a_bar = {
+                name: (g * a).clamp(min=0).mean(dim=1) for name, g, a in zip(names, grads, maps, strict=True)
+            }
+            kinds = _group(a_bar)
+            rows.append(_propagate(kinds["encoder"], kinds["decoder"], kinds["cross"])[:, t])
+    return torch.stack(rows, dim=1).detach()

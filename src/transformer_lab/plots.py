@@ -24,10 +24,10 @@ def _label_axes(
     ax, tokens: list[str], row_tokens: list[str] | None, panel: float, x: bool = True, y: bool = True
 ) -> None:
     """One tick label per token, the font sized to the cells (`panel` inches hold all the tokens)."""
-    size = max(4.0, min(9.0, 0.8 * panel * 72 / len(tokens)))
-    ticks = range(len(tokens))
-    ax.set_xticks(ticks, token_labels(tokens) if x else [], fontsize=size)
-    ax.set_yticks(ticks, token_labels(row_tokens or tokens) if y else [], fontsize=size)
+    rows = row_tokens or tokens
+    size = max(4.0, min(9.0, 0.8 * panel * 72 / max(len(tokens), len(rows))))
+    ax.set_xticks(range(len(tokens)), token_labels(tokens) if x else [], fontsize=size)
+    ax.set_yticks(range(len(rows)), token_labels(rows) if y else [], fontsize=size)
     ax.tick_params(length=0)
 
 
@@ -35,22 +35,29 @@ def _to_cpu(t: Tensor) -> Tensor:
     return t.detach().float().cpu()
 
 
-def attention_grid(maps: list[Tensor], tokens: list[str], index: int = 0, title: str | None = None) -> Figure:
+def attention_grid(
+    maps: list[Tensor],
+    tokens: list[str],
+    index: int = 0,
+    title: str | None = None,
+    row_tokens: list[str] | None = None,
+) -> Figure:
     """All attention maps of one example: rows = layers, columns = heads; x = keys, y = queries.
 
-    maps: list over layers of [B, H, T, T] (as from `explain.attention_maps`) or [H, T, T]; `index`
-    picks the example of the batch. One colour scale, 0 to 1, for every panel.
+    maps: list over layers of [B, H, Tq, Tk] (as from `explain.attention_maps`) or [H, Tq, Tk]; `index`
+    picks the example of the batch. `tokens` label the keys, `row_tokens` the queries (default: the
+    same; cross-attention's queries are other tokens). One colour scale, 0 to 1, for every panel.
     """
     maps = [_to_cpu(m[index] if m.ndim == 4 else m) for m in maps]
     num_layers, num_heads = len(maps), maps[0].size(0)
-    panel = max(1.9, 0.16 * len(tokens))
+    panel = max(1.9, 0.16 * max(len(tokens), len(row_tokens or tokens)))
     fig = Figure(figsize=(panel * num_heads + 1.0, panel * num_layers + 0.5), layout="constrained")
     axes = fig.subplots(num_layers, num_heads, squeeze=False)
     for layer, row in enumerate(axes):
         for head, ax in enumerate(row):
             image = ax.imshow(maps[layer][head], vmin=0, vmax=1, cmap="viridis")
             ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
-            _label_axes(ax, tokens, None, panel, x=layer == num_layers - 1, y=head == 0)
+            _label_axes(ax, tokens, row_tokens, panel, x=layer == num_layers - 1, y=head == 0)
     for ax in axes[-1]:
         ax.set_xlabel("key (attended input)", fontsize=8)
     for ax in axes[:, 0]:
