@@ -27,6 +27,12 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    speed-up is the median of the rounds' ratios.
 4. The reverse task: wall time of `python train.py` (the default config: train, then test) and its test/acc
    (--quick: experiment=reverse_tiny, which does not reach 1.0).
+6. The encoder-decoder: tokens/s of `EncoderDecoder.generate` for 64 output tokens from sources of 16
+   tokens, with and without the caches (decoder keys/values, and the cross-attention's keys/values
+   computed once per source), for a batch of 128 sources (the task's batch: validation and test generate
+   whole batches) and for one source, on an untrained model of `task=sort`'s sizes whose <eos> is made
+   impossible so that every run writes all 64 tokens; and the wall time of `python train.py task=sort`
+   (train, then test) with its test seq_acc (--quick: a few hundred examples, one epoch).
 5. Peak memory of the training phase: the process's peak RSS on CPU, `torch.cuda.max_memory_allocated`
    on CUDA.
 """
@@ -54,6 +60,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
+from transformer_lab.data.seq2seq import SPECIALS
 from transformer_lab.data.shakespeare import RandomWindowBatches, ShakespeareDataModule
 from transformer_lab.nn import DecoderLM, HookPoint, build_model
 from transformer_lab.predictor import TransformerPredictor, build_predictor
@@ -75,12 +82,23 @@ class Mode:
     gen_rounds: int
     matmul_size: int
     reverse_overrides: tuple[str, ...]
+    sort_overrides: tuple[str, ...]
 
 
-FULL = Mode(2, 20, 25, 500, 5, 1024, ())
-QUICK = Mode(1, 2, 5, 60, 1, 512, ("experiment=reverse_tiny", "callbacks.progress_bar.refresh_rate=0"))
+QUIET = "callbacks.progress_bar.refresh_rate=0"
+FULL = Mode(2, 20, 25, 500, 5, 1024, (), ())
+QUICK = Mode(
+    1,
+    2,
+    5,
+    60,
+    1,
+    512,
+    ("experiment=reverse_tiny", QUIET),
+    ("data.train_size=512", "data.val_size=64", "data.test_size=64", "trainer.max_epochs=1", QUIET),
+)
 
-PHASES = ("training", "generation", "reverse")
+PHASES = ("training", "generation", "reverse", "encoder_decoder")
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
     "lightning_over_bare": (">=", 0.95),
     "hooks_over_no_hooks": (">=", 0.99),
@@ -89,6 +107,8 @@ TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the ful
     "kv_speedup": (">=", 3.0),
     "kv_speedup_block256": (">=", 5.0),
     "reverse_test_acc": (">=", 1.0),
+    "encdec_cache_speedup": (">=", 2.0),
+    "sort_test_seq_acc": (">=", 0.99),
 }
 
 
@@ -475,6 +495,58 @@ def bench_reverse(mode: Mode, workdir: Path) -> dict:
     return {"reverse_seconds_to_100": time.perf_counter() - start, "reverse_test_acc": metrics["test/acc"]}
 
 
+# -------------------------------------------------------------------------------- encoder-decoder
+ENCDEC_OUTPUT_TOKENS = 64
+
+
+def encoder_decoder_rates(net: nn.Module, sources: Tensor, rounds: int) -> tuple[float, float, list[float]]:
+    """Output tokens/s of `net.generate(sources)` without and with the caches (medians of `rounds`), and
+    each round's speed-up."""
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for use_cache in (False, True):
+            seconds = timed(sources.device, lambda c=use_cache: net.generate(sources, use_cache=c))
+            rates[use_cache].append(sources.size(0) * ENCDEC_OUTPUT_TOKENS / seconds)
+    speedups = [c / n for c, n in zip(rates[True], rates[False], strict=True)]
+    return statistics.median(rates[False]), statistics.median(rates[True]), speedups
+
+
+def bench_encoder_decoder(mode: Mode, workdir: Path) -> dict:
+    """Phase 6: encoder-decoder generation with and without the caches, for a batch of the task's size
+    (validation and test generate whole batches) and for one source; then `python train.py task=sort`."""
+    cfg = compose_config(["task=sort"], workdir / "sort-sizes")
+    task = instantiate(cfg.data)
+    settings = OmegaConf.to_container(cfg.model) | {"max_len": ENCDEC_OUTPUT_TOKENS}
+    net = build_predictor(settings, task).net.eval()
+    with torch.no_grad():
+        net.unembed.bias[task.eos_id] = -1e9  # never stop early: every run writes all the tokens
+    generator = torch.Generator().manual_seed(0)
+    sources = torch.randint(len(SPECIALS), len(task.vocab), (task.batch_size, 16), generator=generator)
+    net.generate(sources[:8], max_new_tokens=8)  # warm-up
+    results = {}
+    for batch, suffix in ((task.batch_size, ""), (1, "_batch1")):
+        progress(
+            f"encoder_decoder: {ENCDEC_OUTPUT_TOKENS} tokens for {batch} source(s), with and without caches"
+        )
+        nocache, cache, speedups = encoder_decoder_rates(net, sources[:batch], mode.gen_rounds)
+        results |= {
+            f"encdec_tokens_per_s_nocache{suffix}": nocache,
+            f"encdec_tokens_per_s_cache{suffix}": cache,
+            f"encdec_cache_speedup{suffix}": statistics.median(speedups),
+            f"encdec_cache_speedup{suffix}_quartiles": quartiles(speedups),
+        }
+
+    overrides = ["task=sort", *mode.sort_overrides]
+    progress(f"encoder_decoder: python train.py {' '.join(overrides)}")
+    cfg = compose_config(overrides, workdir / "sort")
+    start = time.perf_counter()
+    metrics = train(cfg)
+    return results | {
+        "sort_seconds": time.perf_counter() - start,
+        "sort_test_seq_acc": metrics["test/seq_acc"],
+    }
+
+
 # ------------------------------------------------------------------------------------------ report
 ROWS = [  # (figure, format of the value, the results keys it shows; the first one is checked against TARGETS)
     ("training, Lightning (project)", "{:,.0f} tokens/s", ["lightning_tokens_per_s"]),
@@ -503,6 +575,20 @@ ROWS = [  # (figure, format of the value, the results keys it shows; the first o
     ("KV-cache speed-up, block 256", "{:.2f}x", ["kv_speedup_block256"]),
     ("reverse: python train.py, wall time", "{:.1f} s", ["reverse_seconds_to_100"]),
     ("reverse: test/acc", "{:.4f}", ["reverse_test_acc"]),
+    (
+        f"encoder-decoder generation, {ENCDEC_OUTPUT_TOKENS} tokens x 128 sources, no caches / caches",
+        "{:,.0f} / {:,.0f} tokens/s",
+        ["encdec_tokens_per_s_nocache", "encdec_tokens_per_s_cache"],
+    ),
+    ("encoder-decoder cache speed-up, 128 sources", "{:.2f}x", ["encdec_cache_speedup"]),
+    (
+        f"encoder-decoder generation, {ENCDEC_OUTPUT_TOKENS} tokens x 1 source, no caches / caches",
+        "{:,.0f} / {:,.0f} tokens/s",
+        ["encdec_tokens_per_s_nocache_batch1", "encdec_tokens_per_s_cache_batch1"],
+    ),
+    ("encoder-decoder cache speed-up, 1 source", "{:.2f}x", ["encdec_cache_speedup_batch1"]),
+    ("sort: python train.py task=sort, wall time", "{:.1f} s", ["sort_seconds"]),
+    ("sort: test/seq_acc", "{:.4f}", ["sort_test_seq_acc"]),
 ]
 
 
@@ -563,6 +649,8 @@ def main(argv: list[str] | None = None) -> dict:
             results.update(bench_generation(mode, model))
         if "reverse" in phases:
             results.update(bench_reverse(mode, workdir))
+        if "encoder_decoder" in phases:
+            results.update(bench_encoder_decoder(mode, workdir))
     results.update(
         mode=mode_name,
         overrides=" ".join(args.overrides),

@@ -162,6 +162,10 @@ def explain_stack(model: TokenModel, x: torch.Tensor, out_dir: Path) -> None:
         predicted_ids = model(x).argmax(dim=-1)[0].tolist()
     rollout = explain.attention_rollout(maps)[0]
     relevance = explain.gradient_attention_all(model, x)[0]
+    # R = I + (what attention added): keep the attention part, each row as shares of 1, so that rows
+    # compare (a confident output's gradient, and so its relevance, is small in absolute terms)
+    relevance = relevance - torch.eye(relevance.size(-1), device=relevance.device)
+    relevance = relevance / relevance.sum(dim=-1, keepdim=True).clamp_min(1e-12)
 
     vocab = model.vocab
     tokens = plots.token_labels([vocab[i] for i in x[0].tolist()])
@@ -201,7 +205,7 @@ def explain_stack(model: TokenModel, x: torch.Tensor, out_dir: Path) -> None:
             "Gradient-weighted attention (Chefer et al.)",
             predicted,
             ylabel=outputs,
-            colorbar_label="relevance",
+            colorbar_label="share of the output's relevance",
             vmax=off_diagonal_max(relevance),
         ),
     }

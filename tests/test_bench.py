@@ -24,6 +24,10 @@ FIGURES = (
     "kv_speedup_block256",
     "reverse_seconds_to_100",
     "peak_rss_mb",
+    "encdec_tokens_per_s_nocache",
+    "encdec_tokens_per_s_cache",
+    "encdec_cache_speedup",
+    "sort_seconds",
 )
 
 DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule
@@ -42,12 +46,13 @@ def test_quick_benchmark_produces_every_figure(tmp_path):
     for key in FIGURES:
         assert figures[key] > 0, key
     assert figures["reference_tokens_per_s"] > 0 and 0 <= figures["reverse_test_acc"] <= 1
+    assert 0 <= figures["sort_test_seq_acc"] <= 1
     medians = ("lightning_over_bare", "lightning_over_reference", "mfu", "kv_speedup", "kv_speedup_block256")
     for key in medians:
         first, third = figures[f"{key}_quartiles"]  # the middle half of the rounds brackets the median
         assert 0 < first <= figures[key] <= third, key
     assert "| Lightning / bare loop |" in result.stdout
-    for phase in ("training", "generation", "reverse"):
+    for phase in ("training", "generation", "reverse", "encoder_decoder"):
         assert f"[bench] {phase}" in result.stderr
 
 

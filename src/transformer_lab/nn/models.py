@@ -417,7 +417,7 @@ class EncoderDecoder(TokenModel):
             tokens = torch.cat([tokens[origin], token[:, None]], dim=1)
             lengths = new_lengths[origin]
             finished = finished[origin] | (token == self.eos_id)
-            if cache is not None:
+            if cache is not None and beams > 1:  # greedy: every row continues itself
                 cache.reorder(origin)
             if bool(finished.all()):
                 break
