@@ -51,10 +51,20 @@ class ReverseDataModule(Seq2SeqDataModule):
         self.min_seq_len = min_seq_len
         self.max_source_len = self.max_target_len = seq_len
 
-    def draw(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def draw_sources(self, size: int, generator: torch.Generator) -> torch.Tensor:
         lengths = torch.randint(self.min_seq_len, self.max_source_len + 1, (size, 1), generator=generator)
         digits = torch.randint(len(self.symbols), (size, self.max_source_len), generator=generator)
-        position = torch.arange(self.max_source_len)
-        sources = digits.masked_fill(position >= lengths, -1)
+        return digits.masked_fill(torch.arange(self.max_source_len) >= lengths, -1)
+
+    def targets_for(self, sources: torch.Tensor) -> torch.Tensor:
+        lengths = (sources >= 0).sum(dim=1, keepdim=True)
+        position = torch.arange(sources.size(1))
         mirror = (lengths - 1 - position).clamp(min=0)  # target i = source n-1-i
-        return sources, sources.gather(1, mirror).masked_fill(position >= lengths, -1)
+        return sources.gather(1, mirror).masked_fill(position >= lengths, -1)
+
+    def expected_sources(self, sources: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Output k of a source of n tokens is source token n-1-k (the mirror position)."""
+        lengths = (sources != self.pad_id).sum(dim=1)[:, None, None]
+        k = torch.arange(labels.size(1), device=sources.device)[None, :, None]
+        s = torch.arange(sources.size(1), device=sources.device)[None, None, :]
+        return (s == lengths - 1 - k) & (k < lengths)

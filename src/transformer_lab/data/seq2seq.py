@@ -83,12 +83,26 @@ class Seq2SeqDataModule(TaskDataModule):
     max_source_len: int
     max_target_len: int
 
-    def draw(self, size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """`size` examples: sources [size, max_source_len] and targets [size, max_target_len], as indices
-        into `symbols`, each row's sequence followed by -1s."""
+    def draw_sources(self, size: int, generator: torch.Generator) -> Tensor:
+        """`size` sources [size, max_source_len], as indices into `symbols`, each followed by -1s."""
         raise NotImplementedError
 
+    def targets_for(self, sources: Tensor) -> Tensor:
+        """The targets [N, max_target_len] of sources (as from `draw_sources`), followed by -1s."""
+        raise NotImplementedError
+
+    def expected_sources(self, sources: Tensor, labels: Tensor) -> Tensor:
+        """Where a model should look to write each output: bool [B, K, S], True where source position s
+        (token ids [B, S]) holds what output k (label ids [B, K]: target tokens, <eos>, -100) needs.
+        All False for an output the task has no such position for (the default: none at all)."""
+        return torch.zeros(*labels.shape, sources.size(1), dtype=torch.bool, device=sources.device)
+
     # --------------------------------------------------------------------------- the task
+    def draw(self, size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """`size` examples: sources [size, max_source_len] and their targets [size, max_target_len]."""
+        sources = self.draw_sources(size, generator)
+        return sources, self.targets_for(sources)
+
     @property
     def vocab(self) -> list[str]:
         return SPECIALS + list(self.symbols)
@@ -169,6 +183,55 @@ class Seq2SeqDataModule(TaskDataModule):
         width = expected.size(1)
         generated = F.pad(generated[:, :width], (0, width - min(width, generated.size(1))), value=PAD)
         return sources, generated, expected
+
+    def alignment(self, inputs: tuple[Tensor, ...], labels: Tensor) -> Tensor:
+        """`expected_sources` in the coordinates of the attention that reads the source: the encoder's
+        self-attention [B, S, S] (row = output position), the encoder-decoder's cross-attention
+        [B, T, S] (row = target position, predicting label t), the decoder-only model's self-attention
+        [B, W, W] (row = the position predicting a target token, columns = the source before <sep>)."""
+        if self.arch != "decoder":
+            return self.expected_sources(inputs[0], labels)
+        tokens = inputs[0]
+        lengths = (tokens == SEP).int().argmax(dim=1)  # n: the source is tokens[:, :n]
+        width, k = tokens.size(1), torch.arange(self.max_target_len + 1, device=tokens.device)
+        column = torch.arange(width, device=tokens.device)
+        sources = tokens.masked_fill(column >= lengths[:, None], PAD)
+        rows = (lengths[:, None] + k).clamp(max=width - 1)  # the row predicting output k
+        expected = self.expected_sources(sources, labels.gather(1, rows))
+        expected &= (lengths[:, None] + k < width)[:, :, None]
+        out = torch.zeros(tokens.size(0), width, width, dtype=torch.bool, device=tokens.device)
+        return out.scatter_(1, rows[:, :, None].expand(-1, -1, width), expected)
+
+    def corrupted_pairs(self, count: int, position: int = 0, split: str = "test") -> tuple[tuple, tuple]:
+        """The first `count` examples of a split whose output changes when source token `position` is
+        replaced by another symbol (the next one that changes it, cyclically), and that corrupted copy:
+        (clean batch, corrupted batch), laid out for `self.arch`. Both have the same shapes, and a row's
+        tokens differ only at the source position and in the outputs after it."""
+        require(split in ("val", "test"), f"split={split!r} must be val or test")
+        require(
+            isinstance(position, int) and 0 <= position < self.max_source_len,
+            f"position={position!r} is not a source position; use 0 to {self.max_source_len - 1}",
+        )
+        generator = torch.Generator().manual_seed(self.seed + (1 if split == "val" else 2))
+        sources = self.draw_sources(self.sizes[split], generator)
+        targets = self.targets_for(sources)
+        corrupted, chosen = sources.clone(), torch.zeros(len(sources), dtype=torch.bool)
+        symbol = sources[:, position]
+        for shift in range(1, len(self.symbols)):
+            candidate = sources.clone()
+            candidate[:, position] = (symbol + shift) % len(self.symbols)
+            changes = (self.targets_for(candidate) != targets).any(dim=1) & (symbol >= 0) & ~chosen
+            corrupted[changes] = candidate[changes]
+            chosen |= changes
+        rows = chosen.nonzero()[:, 0][:count]
+        require(
+            len(rows) == count,
+            f"only {len(rows)} {split} examples change their output when token {position} changes; "
+            f"use num_examples={len(rows)} or less, or another position",
+        )
+        return self.layout(sources[rows], targets[rows]), self.layout(
+            corrupted[rows], self.targets_for(corrupted[rows])
+        )
 
     def prompt(self, source: Tensor) -> Tensor:
         """A source's ids [S] as the model's generation input [1, ...]: the source itself, or, for the

@@ -46,13 +46,20 @@ class SortDataModule(Seq2SeqDataModule):
         self.max_source_len = seq_len
         self.max_target_len = min(seq_len, num_categories)
 
-    def draw(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        categories = len(self.symbols)
+    def draw_sources(self, size: int, generator: torch.Generator) -> torch.Tensor:
         lengths = torch.randint(self.min_seq_len, self.max_source_len + 1, (size, 1), generator=generator)
-        digits = torch.randint(categories, (size, self.max_source_len), generator=generator)
-        sources = digits.masked_fill(torch.arange(self.max_source_len) >= lengths, -1)
-        present = torch.zeros(size, categories + 1, dtype=torch.bool).scatter_(1, sources + 1, True)[:, 1:]
+        digits = torch.randint(len(self.symbols), (size, self.max_source_len), generator=generator)
+        return digits.masked_fill(torch.arange(self.max_source_len) >= lengths, -1)
+
+    def targets_for(self, sources: torch.Tensor) -> torch.Tensor:
+        categories = len(self.symbols)
+        present = torch.zeros(len(sources), categories + 1, dtype=torch.bool)
+        present = present.scatter_(1, sources + 1, True)[:, 1:]
         # the present digits in increasing order, then -1s: sort the digits, absent ones last
         ranked = torch.where(present, torch.arange(categories), categories).sort(dim=1).values
-        targets = ranked.masked_fill(ranked == categories, -1)
-        return sources, targets[:, : self.max_target_len]
+        return ranked.masked_fill(ranked == categories, -1)[:, : self.max_target_len]
+
+    def expected_sources(self, sources: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Output digit d is found at the source positions holding d (<eos> has no such position)."""
+        digits = labels.masked_fill(labels < len(self.vocab) - len(self.symbols), -1)  # specials: none
+        return sources[:, None, :] == digits[:, :, None]

@@ -5,6 +5,7 @@ in `data/` and one config in `configs/task/` (and `configs/data/`): see the READ
 """
 
 import lightning as L
+import torch
 from torch import Tensor
 
 from transformer_lab.data.tokenizer import Tokenizer
@@ -28,6 +29,8 @@ class TaskDataModule(L.LightningDataModule):
     * `num_classes`: an encoder's output classes, None for one per token.
 
     From these it provides a `tokenizer` (text <-> ids) and `example(index)`, one example to inspect.
+    For the analysis tools a task may also define `alignment` (where attention should look) and
+    `corrupted_pairs` (inputs that differ in one token, for activation patching).
     """
 
     architectures: tuple[str, ...] = ("encoder",)
@@ -74,3 +77,36 @@ class TaskDataModule(L.LightningDataModule):
                 return tuple(t[row] for t in batch[:-1]), batch[-1][row]
             seen += size
         raise ConfigError(f"index={index} is not a {split} example; use an integer from 0 to {seen - 1}")
+
+    def examples(self, count: int, split: str = "test") -> tuple[tuple[Tensor, ...], Tensor]:
+        """The first `count` examples of a split (`val` or `test`) as one batch (model inputs, labels)."""
+        require(split in ("val", "test"), f"split={split!r} must be val or test")
+        require(isinstance(count, int) and count > 0, f"num_examples={count!r} must be a positive integer")
+        self.setup("validate" if split == "val" else "test")
+        parts, seen = [], 0
+        for batch in self.val_dataloader() if split == "val" else self.test_dataloader():
+            parts.append(batch)
+            seen += batch[0].size(0)
+            if seen >= count:
+                break
+        require(
+            seen >= count,
+            f"num_examples={count} is more than the {seen} {split} examples; use {seen} or less",
+        )
+        batch = [torch.cat(column)[:count] for column in zip(*parts, strict=True)]
+        return tuple(batch[:-1]), batch[-1]
+
+    def alignment(self, inputs: tuple[Tensor, ...], labels: Tensor) -> Tensor | None:
+        """Where the attention that reads the input should look, for a batch: bool [B, T_query, T_key],
+        True at the key positions that hold what the query's output needs. It is about self-attention for
+        the encoder and the decoder-only model, cross-attention for the encoder-decoder. None: the task
+        defines no such alignment (a language model)."""
+        return None
+
+    def corrupted_pairs(self, count: int, position: int = 0, split: str = "test") -> tuple[tuple, tuple]:
+        """`count` examples of a split and a corrupted copy of each, as two batches `(*inputs, labels)`:
+        the copy differs in source token `position` only, and its output differs because of it."""
+        raise ConfigError(
+            f"{type(self).__name__} defines no corruption (inputs differing in one token), which activation "
+            "patching needs; use analysis=heads, lens or faithfulness"
+        )

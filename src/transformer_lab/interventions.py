@@ -1,0 +1,321 @@
+"""Causal interventions: remove heads, paste activations from one input into another.
+
+Attention maps say where a model looks; intervening says what it uses (the TransformerLens and ARENA
+way). Every function here works on any model of `transformer_lab.nn` through its hook points, cross-
+attention included, and runs in eval mode without gradients; hooks are gone and the weights untouched
+when it returns.
+
+* `ablate_heads`: the task's accuracy with each attention head removed in turn (zero ablation: its
+  output z_h = 0; mean ablation: z_h = its mean over a reference batch), as a [layers, heads] table;
+  `ablate_head_set` removes several heads at once.
+* `patch_residual` / `patch_heads` (activation patching, or causal tracing): run a corrupted input, but
+  paste one activation from the clean run; the share of the clean logit difference that comes back,
+
+      restored = (LD_patched - LD_corrupted) / (LD_clean - LD_corrupted),
+      LD = logit(clean answer) - logit(corrupted answer) at the first output the corruption changes,
+
+  says how much of the difference between the two inputs flows through that activation.
+
+A batch is `(inputs, labels)` as the tasks lay it out: model inputs (tokens, or source and target) and
+labels [B, T] with -100 where nothing is predicted. "Layers" are the attention layers in forward order
+(`attention_layers`): for an encoder-decoder the encoder's, then each decoder block's self- and
+cross-attention.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from transformer_lab.data.task import IGNORE_INDEX
+from transformer_lab.nn import HookedModule, HookPoint
+
+ABLATIONS = ("zero", "mean")
+
+
+def attention_layers(model: HookedModule) -> list[str]:
+    """The names of the model's attention modules in forward order, e.g. `blocks.0.attn` or
+    `decoder.blocks.1.cross_attn`: the rows of a head table."""
+    return [name.removesuffix(".hook_z") for name in model.hook_names() if name.endswith(".hook_z")]
+
+
+def head_label(layer: str, head: int) -> str:
+    """A short name for a head: `L0H3` (`blocks.0.attn`), `E0H3` / `D0H3` / `X0H3` for an
+    encoder-decoder's encoder, decoder self-attention and cross-attention."""
+    index = layer.split("blocks.")[1].split(".")[0]
+    kind = (
+        "X"
+        if layer.endswith("cross_attn")
+        else {"encoder": "E", "decoder": "D"}.get(layer.split(".")[0], "L")
+    )
+    return f"{kind}{index}H{head}"
+
+
+def accuracy(logits: Tensor, labels: Tensor) -> float:
+    """Share of labelled positions (labels != -100) whose argmax is the label."""
+    labelled = labels != IGNORE_INDEX
+    return float(((logits.argmax(dim=-1) == labels) & labelled).sum() / labelled.sum().clamp(min=1))
+
+
+def _run(model: HookedModule, inputs: tuple[Tensor, ...], fwd_hooks: list = ()) -> Tensor:
+    """The logits in eval mode without gradients (the model's mode is restored)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return model.run_with_hooks(*inputs, fwd_hooks=list(fwd_hooks))
+    finally:
+        model.train(was_training)
+
+
+def check_heads(model: HookedModule, heads: list[tuple[int, int]]) -> list[str]:
+    """The attention layers' names, after checking that every (layer, head) pair exists."""
+    layers = attention_layers(model)
+    num_heads = model.config.num_heads
+    for layer, head in heads:
+        if not 0 <= layer < len(layers):
+            raise ValueError(
+                f"layer {layer} is out of range: the model has attention layers 0 to {len(layers) - 1}"
+            )
+        if not 0 <= head < num_heads:
+            raise ValueError(f"head {head} is out of range: each layer has heads 0 to {num_heads - 1}")
+    return layers
+
+
+def _head_means(model: HookedModule, layers: list[str], reference: tuple[Tensor, ...]) -> dict[str, Tensor]:
+    """Each layer's z averaged over the reference batch, per position: [1, T, H, d_head]."""
+    names = {f"{layer}.hook_z" for layer in layers}
+    _, cache = model.run_with_cache(*reference, names_filter=lambda name: name in names)
+    return {name: z.mean(dim=0, keepdim=True) for name, z in cache.items()}
+
+
+def _ablation_hooks(
+    heads: list[tuple[int, int]], layers: list[str], means: dict[str, Tensor] | None
+) -> list[tuple[str, Callable]]:
+    """One hook per layer that replaces the chosen heads' z by zero or by their mean."""
+    by_layer: dict[str, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(f"{layers[layer]}.hook_z", []).append(head)
+
+    def ablate(z: Tensor, hook: HookPoint) -> Tensor:
+        z = z.clone()
+        chosen = by_layer[hook.name]
+        if means is None:
+            z[:, :, chosen] = 0.0
+        else:
+            z[:, :, chosen] = means[hook.name][:, : z.size(1), chosen].to(z.dtype)
+        return z
+
+    return [(name, ablate) for name in by_layer]
+
+
+@dataclass
+class HeadAblation:
+    """The metric with each head ablated: `ablated[layer][head]`, next to `baseline` (nothing ablated)."""
+
+    layers: list[str]
+    baseline: float
+    ablated: list[list[float]]
+    method: str = "zero"
+    metric: str = "acc"
+
+    def important(self, drop: float = 0.1) -> list[str]:
+        """The heads whose removal costs more than `drop` of the metric, most important first."""
+        drops = [
+            (self.baseline - value, head_label(layer, h))
+            for layer, row in zip(self.layers, self.ablated, strict=True)
+            for h, value in enumerate(row)
+        ]
+        return [label for d, label in sorted(drops, reverse=True) if d > drop]
+
+    def table(self) -> str:
+        """The [layers, heads] table as text, one row per attention layer."""
+        heads = len(self.ablated[0])
+        width = max(len(name) for name in self.layers)
+        lines = [
+            f"{self.metric} with one head {self.method}-ablated (baseline {self.baseline:.3f}):",
+            f"{'layer':<{width}} " + " ".join(f"{'head ' + str(h):>7}" for h in range(heads)),
+        ]
+        for name, row in zip(self.layers, self.ablated, strict=True):
+            lines.append(f"{name:<{width}} " + " ".join(f"{value:>7.3f}" for value in row))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "metric": self.metric,
+            "method": self.method,
+            "baseline": self.baseline,
+            "layers": self.layers,
+            "ablated": self.ablated,
+        }
+
+
+def ablate_head_set(
+    model: HookedModule,
+    inputs: tuple[Tensor, ...],
+    labels: Tensor,
+    heads: list[tuple[int, int]],
+    method: str = "zero",
+    reference: tuple[Tensor, ...] | None = None,
+) -> float:
+    """Accuracy on (inputs, labels) with every head in `heads` ((layer, head) pairs, layer indexing
+    `attention_layers`) ablated at once: `zero`, or `mean` (over `reference`, default the inputs)."""
+    if method not in ABLATIONS:
+        raise ValueError(f"method={method!r} is unknown; use zero or mean")
+    layers = check_heads(model, heads)
+    means = None
+    if method == "mean":
+        with torch.no_grad():
+            means = _head_means(model, layers, reference or inputs)
+    return accuracy(_run(model, inputs, _ablation_hooks(heads, layers, means)), labels)
+
+
+def ablate_heads(
+    model: HookedModule,
+    inputs: tuple[Tensor, ...],
+    labels: Tensor,
+    method: str = "zero",
+    reference: tuple[Tensor, ...] | None = None,
+) -> HeadAblation:
+    """Accuracy with each head ablated in turn, [layers, heads], and the baseline without ablation."""
+    if method not in ABLATIONS:
+        raise ValueError(f"method={method!r} is unknown; use zero or mean")
+    layers = attention_layers(model)
+    was_training = model.training
+    model.eval()
+    try:
+        means = None
+        if method == "mean":
+            with torch.no_grad():
+                means = _head_means(model, layers, reference or inputs)
+        baseline = accuracy(_run(model, inputs), labels)
+        ablated = [
+            [
+                accuracy(_run(model, inputs, _ablation_hooks([(i, h)], layers, means)), labels)
+                for h in range(model.config.num_heads)
+            ]
+            for i in range(len(layers))
+        ]
+    finally:
+        model.train(was_training)
+    return HeadAblation(layers, baseline, ablated, method)
+
+
+# ------------------------------------------------------------------------------ activation patching
+def answer_positions(clean_labels: Tensor, corrupted_labels: Tensor) -> Tensor:
+    """Per row, the first position whose label the corruption changes [B] (every row must have one)."""
+    differs = clean_labels != corrupted_labels
+    if not bool(differs.any(dim=1).all()):
+        raise ValueError("a corrupted example has the same labels as its clean one: nothing to patch")
+    return differs.int().argmax(dim=1)
+
+
+def logit_difference(logits: Tensor, positions: Tensor, clean: Tensor, corrupted: Tensor) -> Tensor:
+    """Mean over the batch of logit(clean answer) - logit(corrupted answer) at each row's position."""
+    rows = torch.arange(logits.size(0), device=logits.device)
+    at = logits[rows, positions].float()
+    return (at[rows, clean] - at[rows, corrupted]).mean()
+
+
+@dataclass
+class Patching:
+    """Activation-patching results: `resid[hook name]` = restored share per position [T] (every block's
+    `hook_resid_pre` and the last block's `hook_resid_post`), `heads` = restored share per attention
+    layer x head (patching `hook_z`), and the clean and corrupted logit differences."""
+
+    clean: float
+    corrupted: float
+    resid: dict[str, list[float]]
+    layers: list[str]
+    heads: list[list[float]]
+
+    def to_dict(self) -> dict:
+        return {
+            "metric": "logit_diff",
+            "clean_logit_diff": self.clean,
+            "corrupted_logit_diff": self.corrupted,
+            "resid": self.resid,
+            "layers": self.layers,
+            "heads": self.heads,
+        }
+
+
+def residual_hooks(model: HookedModule) -> list[str]:
+    """The residual stream's hook points, per stack: each block's input, then the last block's output."""
+    names = model.hook_names()
+    streams = [n for n in names if n.endswith("hook_resid_pre")]
+    for prefix in dict.fromkeys(n.removesuffix("hook_resid_pre").split("blocks.")[0] for n in streams):
+        last = [n for n in names if n.startswith(prefix) and n.endswith("hook_resid_post")][-1]
+        streams.insert(max(i for i, n in enumerate(streams) if n.startswith(prefix)) + 1, last)
+    return streams
+
+
+def patch_hook(name: str, clean: Tensor, index: tuple = (slice(None),)) -> tuple[str, Callable]:
+    """A hook for `run_with_hooks` that pastes `clean[index]` (an activation of the clean run, as
+    `run_with_cache` returns it) into hook point `name`'s activation; the default index is everything.
+    E.g. position p of the residual stream: index=(slice(None), p); head h's z: (slice(None), slice(None), h).
+    """
+
+    def paste(activation: Tensor, hook: HookPoint) -> Tensor:
+        activation = activation.clone()
+        activation[index] = clean[index].to(activation.dtype)
+        return activation
+
+    return name, paste
+
+
+@torch.no_grad()
+def activation_patching(
+    model: HookedModule,
+    clean: tuple[tuple[Tensor, ...], Tensor],
+    corrupted: tuple[tuple[Tensor, ...], Tensor],
+) -> Patching:
+    """Patch every residual-stream position of every layer, and every head's z, from the clean run into
+    the corrupted run; report the share of the clean logit difference each patch restores.
+
+    `clean` and `corrupted` are (inputs, labels) of the same shapes, differing in a token (a task's
+    `corrupted_pairs`). The logit difference is read at each row's first output the corruption changes.
+    """
+    (clean_inputs, clean_labels), (bad_inputs, bad_labels) = clean, corrupted
+    positions = answer_positions(clean_labels, bad_labels)
+    rows = torch.arange(len(positions))
+    good_answer, bad_answer = clean_labels[rows, positions], bad_labels[rows, positions]
+
+    def difference(logits: Tensor) -> float:
+        return float(logit_difference(logits, positions, good_answer, bad_answer))
+
+    streams = residual_hooks(model)
+    layers = attention_layers(model)
+    z_names = [f"{layer}.hook_z" for layer in layers]
+    was_training = model.training
+    model.eval()
+    try:
+        wanted = set(streams) | set(z_names)
+        logits, cache = model.run_with_cache(*clean_inputs, names_filter=lambda n: n in wanted)
+        clean_diff, bad_diff = difference(logits), difference(_run(model, bad_inputs))
+        scale = clean_diff - bad_diff
+        if abs(scale) < 1e-6:
+            raise ValueError(
+                "the clean and corrupted inputs give the same logit difference: nothing to restore"
+            )
+
+        def restored(hook: tuple[str, Callable]) -> float:
+            return (difference(_run(model, bad_inputs, [hook])) - bad_diff) / scale
+
+        resid = {
+            name: [
+                restored(patch_hook(name, cache[name], (slice(None), p))) for p in range(cache[name].size(1))
+            ]
+            for name in streams
+        }
+        heads = [
+            [
+                restored(patch_hook(name, cache[name], (slice(None), slice(None), h)))
+                for h in range(model.config.num_heads)
+            ]
+            for name in z_names
+        ]
+    finally:
+        model.train(was_training)
+    return Patching(clean_diff, bad_diff, resid, layers, heads)

@@ -1,0 +1,212 @@
+"""The analysis module on hand-made models whose answer is known: ablation, patching, logit lens, direct
+logit attribution and deletion curves."""
+
+import pytest
+import torch
+
+from transformer_lab import faithfulness, interventions, lens
+from transformer_lab.nn import HookPoint, build_model
+
+SEQ_LEN, DIGITS = 6, 10
+TOKEN, POSITION, OUTPUT = slice(0, 10), slice(10, 16), slice(16, 26)  # where each lives in the stream
+
+
+def hand_made(mirror: bool, num_heads: int = 1, strength: float = 30.0):
+    """A one-layer pre-norm encoder whose head 0 writes, at position i, the token at position
+    N-1-i (`mirror`, the reverse task) or at i itself (copy); any other head writes nothing, the MLP
+    writes nothing, and the output layer reads only what head 0 writes.
+
+    Stream (32 dims): token one-hot in 0-9, position one-hot in 10-15, head 0's output in 16-25.
+    Head 0 (dims 0-15 of its q, k, v): q = position of the wanted key, k = position, v = token;
+    LayerNorm shifts every vector by the same constant, which the softmax and the output layer ignore.
+    """
+    model = build_model(
+        dict(
+            arch="encoder", vocab_size=DIGITS, num_classes=DIGITS, model_dim=32, num_heads=num_heads,
+            num_layers=1, max_len=SEQ_LEN, norm_first=True, output_mlp=False, positional_encoding="learned",
+            activation="relu",
+        )
+    )  # fmt: skip
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for norm in (model.blocks[0].norm1, model.blocks[0].norm2, model.ln_final.norm):
+            norm.weight.fill_(1.0)
+        model.embed.weight[:, TOKEN] = torch.eye(DIGITS)
+        model.pos_embed.embedding.weight[:, POSITION] = torch.eye(SEQ_LEN)
+        attn = model.blocks[0].attn
+        q, k, v = attn.qkv_proj.weight.split(32)  # [32, 32] each, rows = output features
+        wanted = torch.eye(SEQ_LEN).flip(0) if mirror else torch.eye(SEQ_LEN)
+        q[POSITION, POSITION] = strength * wanted.T  # query of position i = position N-1-i (or i)
+        k[POSITION, POSITION] = torch.eye(SEQ_LEN)
+        v[TOKEN, TOKEN] = torch.eye(DIGITS)
+        attn.o_proj.weight[OUTPUT, TOKEN] = torch.eye(DIGITS)  # head 0's z dims 0-9 -> output dims
+        readout = torch.zeros(DIGITS, 32)
+        readout[:, OUTPUT] = torch.eye(DIGITS) - 1.0 / DIGITS  # zero-sum rows: blind to constant shifts
+        model.unembed.weight.copy_(readout)
+    return model.eval()
+
+
+def digits(n: int = 64, seed: int = 0) -> torch.Tensor:
+    """Sequences of distinct digits."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randperm(DIGITS, generator=generator)[:SEQ_LEN] for _ in range(n)])
+
+
+def hooks_left(model) -> int:
+    return sum(len(m._forward_hooks) for m in model.modules() if isinstance(m, HookPoint))
+
+
+def test_hand_made_models_do_their_task():
+    x = digits()
+    assert torch.equal(hand_made(mirror=True)(x).argmax(-1), x.flip(1))
+    assert torch.equal(hand_made(mirror=False, num_heads=2)(x).argmax(-1), x)
+
+
+@pytest.mark.parametrize("method", ["zero", "mean"])
+def test_ablating_the_reversing_head_loses_the_task(method):
+    model, x = hand_made(mirror=True), digits()
+    result = interventions.ablate_heads(model, (x,), x.flip(1), method=method)
+    assert result.baseline == 1.0
+    assert result.layers == ["blocks.0.attn"] and len(result.ablated) == 1 and len(result.ablated[0]) == 1
+    assert result.ablated[0][0] <= 0.2  # chance is 0.1
+    assert result.important() == ["L0H0"]
+
+
+def test_only_the_working_head_matters_and_sets_combine():
+    model, x = hand_made(mirror=False, num_heads=2), digits()
+    result = interventions.ablate_heads(model, (x,), x)
+    assert result.ablated[0][1] == 1.0 and result.ablated[0][0] <= 0.2
+    assert interventions.ablate_head_set(model, (x,), x, [(0, 1)]) == 1.0
+    assert interventions.ablate_head_set(model, (x,), x, [(0, 0), (0, 1)]) <= 0.2
+
+
+@pytest.mark.parametrize("heads", [[(1, 0)], [(0, 2)], [(-1, 0)]])
+def test_out_of_range_heads_are_refused(heads):
+    model, x = hand_made(mirror=False, num_heads=2), digits(4)
+    with pytest.raises(ValueError, match="out of range"):
+        interventions.ablate_head_set(model, (x,), x, heads)
+
+
+def test_patching_the_last_residual_stream_restores_the_clean_logits_exactly():
+    torch.manual_seed(0)
+    model = build_model(
+        dict(arch="decoder", vocab_size=12, model_dim=16, num_heads=2, num_layers=2, max_len=8)
+    )
+    clean, corrupted = torch.randint(12, (3, 8)), torch.randint(12, (3, 8))
+    clean_logits, cache = model.run_with_cache(clean)
+    name = "blocks.1.hook_resid_post"
+    patched = model.run_with_hooks(corrupted, fwd_hooks=[interventions.patch_hook(name, cache[name])])
+    assert torch.equal(patched, clean_logits)
+
+
+def test_activation_patching_finds_where_the_reversed_token_travels():
+    model = hand_made(mirror=True)
+    x = digits(16)
+    bad = x.clone()
+    bad[:, 0] = (x[:, 0] + 1) % DIGITS
+    result = interventions.activation_patching(model, ((x,), x.flip(1)), ((bad,), bad.flip(1)))
+    assert result.clean > 0 > result.corrupted
+    before, after = result.resid["blocks.0.hook_resid_pre"], result.resid["blocks.0.hook_resid_post"]
+    # the changed token sits at position 0 before the head moves it, at position N-1 after
+    assert before[0] == pytest.approx(1.0, abs=1e-5) and max(abs(v) for v in before[1:]) < 1e-5
+    assert after[-1] == pytest.approx(1.0, abs=1e-5) and max(abs(v) for v in after[:-1]) < 1e-5
+    assert result.heads == [[pytest.approx(1.0, abs=1e-5)]]
+
+
+def test_patching_refuses_pairs_that_do_not_differ():
+    model, x = hand_made(mirror=True), digits(4)
+    with pytest.raises(ValueError, match="same labels"):
+        interventions.activation_patching(model, ((x,), x.flip(1)), ((x,), x.flip(1)))
+
+
+def test_interventions_leave_no_hook_and_the_weights_unchanged():
+    model, x = hand_made(mirror=True, num_heads=2), digits(8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    interventions.ablate_heads(model, (x,), x.flip(1), method="mean")
+    bad = x.clone()
+    bad[:, 0] = (x[:, 0] + 1) % DIGITS
+    interventions.activation_patching(model, ((x,), x.flip(1)), ((bad,), bad.flip(1)))
+    lens.direct_logit_attribution(model, (x,), x.flip(1))
+    faithfulness.deletion_curves(model, (x,), x.flip(1))
+    with pytest.raises(ValueError):
+        interventions.ablate_head_set(model, (x,), x, [(0, 9)])
+    assert hooks_left(model) == 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not model.training
+
+
+@pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder_decoder"])
+def test_the_lens_of_the_last_layer_is_the_models_prediction(arch):
+    torch.manual_seed(0)
+    extra = dict(pad_id=0, bos_id=1, eos_id=2) if arch == "encoder_decoder" else {}
+    model = build_model(
+        dict(
+            arch=arch,
+            vocab_size=12,
+            num_classes=12,
+            model_dim=16,
+            num_heads=2,
+            num_layers=3,
+            max_len=8,
+            **extra,
+        )
+    ).eval()
+    inputs = (torch.randint(3, 12, (4, 8)),) + ((torch.randint(3, 12, (4, 6)),) if extra else ())
+    readings = lens.logit_lens(model, inputs)
+    assert len(readings) == 4
+    assert torch.equal(readings[-1], model(*inputs))
+    labels = model(*inputs).argmax(-1)
+    assert lens.lens_accuracy(model, inputs, labels).layers[-1] == 1.0
+
+
+def test_direct_logit_attribution_puts_everything_on_the_copying_head():
+    model, x = hand_made(mirror=False, num_heads=2), digits()
+    parts = lens.direct_logit_attribution(model, (x,), x)
+    with torch.no_grad():
+        correct_logit = model(x).gather(-1, x[..., None]).mean()
+    assert sum(parts.values()) == pytest.approx(float(correct_logit), rel=1e-5)
+    assert parts["L0H0"] == pytest.approx(float(correct_logit), rel=1e-5) and parts["L0H0"] > 0
+    assert all(abs(value) < 1e-5 for name, value in parts.items() if name != "L0H0")
+
+
+def test_direct_logit_attribution_sums_to_the_logit_in_an_encoder_decoder():
+    torch.manual_seed(1)
+    model = build_model(
+        dict(arch="encoder_decoder", vocab_size=12, model_dim=16, num_heads=2, num_layers=2, max_len=8,
+             pad_id=0, bos_id=1, eos_id=2, norm_first=True, output_mlp=False)
+    ).eval()  # fmt: skip
+    source, target, labels = (
+        torch.randint(3, 12, (4, 8)),
+        torch.randint(3, 12, (4, 6)),
+        torch.randint(3, 12, (4, 6)),
+    )
+    parts = lens.direct_logit_attribution(model, (source, target), labels)
+    assert {"embed", "D0H1", "X1H0", "D1 MLP", "D0 cross-attn bias", "bias"} <= set(parts)
+    with torch.no_grad():
+        correct_logit = model(source, target).gather(-1, labels[..., None]).mean()
+    assert sum(parts.values()) == pytest.approx(float(correct_logit), rel=1e-4)
+
+
+def test_direct_logit_attribution_refuses_a_post_norm_model():
+    model = build_model(dict(arch="encoder", vocab_size=10, num_classes=10, max_len=6))
+    with pytest.raises(ValueError, match="pre-norm"):
+        lens.direct_logit_attribution(model, (digits(2),), digits(2))
+
+
+def test_deletion_curves_rank_a_faithful_explanation_above_random():
+    model, x = hand_made(mirror=True), digits(16)
+    result = faithfulness.deletion_curves(model, (x,), x.flip(1))
+    assert set(result.auc) == set(faithfulness.METHODS)
+    assert result.outputs == 16 * SEQ_LEN
+    assert result.curves["random"][0] == pytest.approx(result.curves["ablation"][0])  # nothing deleted yet
+    # the model reads exactly one token per output: ablation and raw attention find it first
+    for method in ("ablation", "attention", "gradient"):
+        assert result.auc[method] < 0.5 * result.auc["random"], method
+    assert result.curves["ablation"][-1] < 0.2  # everything deleted: chance
+
+
+def test_unknown_explanation_method_is_refused():
+    model, x = hand_made(mirror=True), digits(2)
+    with pytest.raises(ValueError, match="unknown explanation method 'saliency'"):
+        faithfulness.deletion_curves(model, (x,), x.flip(1), methods=("saliency",))
