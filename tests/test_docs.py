@@ -1,4 +1,4 @@
-"""The README's examples are the code the tests run: the hook-point example (docs/hooks_example.py) and
+"""The README's examples are the code the tests run: the hook-point and analysis examples (docs/) and
 the "Add your own task" module (tests/toy_task/copy.py, trained by tests/test_own_task.py)."""
 
 import re
@@ -57,3 +57,19 @@ def test_the_readme_task_is_the_task_the_tests_train(path):
     block = _code_lines(_python_block("# src/transformer_lab/data/copy.py\n"))
     module = _code_lines((ROOT / path).read_text())
     assert _in_order(block, module), sorted(set(block) - set(module))
+
+
+def test_the_readme_analysis_example_is_docs_interpret_example(tmp_path):
+    block = _code_lines(_python_block("import sys\n\nfrom transformer_lab import faithfulness"))
+    script = _code_lines((ROOT / "docs" / "interpret_example.py").read_text())
+    assert _in_order(block, script)
+    overrides = ("model.num_layers=2", "model.num_heads=4", "data.test_size=256", "test=false")
+    train(compose_train_config(tmp_path, *overrides))
+    script, checkpoint = ROOT / "docs" / "interpret_example.py", tmp_path / "checkpoints" / "best.ckpt"
+    result = subprocess.run(
+        [sys.executable, str(script), str(checkpoint)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "acc with one head mean-ablated" in out and "without L1H0 and L1H2:" in out
+    assert "accuracy read after the embedding and each block:" in out and "random" in out

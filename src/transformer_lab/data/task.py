@@ -78,8 +78,11 @@ class TaskDataModule(L.LightningDataModule):
             seen += size
         raise ConfigError(f"index={index} is not a {split} example; use an integer from 0 to {seen - 1}")
 
-    def examples(self, count: int, split: str = "test") -> tuple[tuple[Tensor, ...], Tensor]:
-        """The first `count` examples of a split (`val` or `test`) as one batch (model inputs, labels)."""
+    def examples(
+        self, count: int, split: str = "test", exact: bool = True
+    ) -> tuple[tuple[Tensor, ...], Tensor]:
+        """The first `count` examples of a split (`val` or `test`) as one batch (model inputs, labels);
+        with `exact=False`, as many as the split has if that is fewer."""
         require(split in ("val", "test"), f"split={split!r} must be val or test")
         require(isinstance(count, int) and count > 0, f"num_examples={count!r} must be a positive integer")
         self.setup("validate" if split == "val" else "test")
@@ -90,7 +93,7 @@ class TaskDataModule(L.LightningDataModule):
             if seen >= count:
                 break
         require(
-            seen >= count,
+            seen >= count or not exact,
             f"num_examples={count} is more than the {seen} {split} examples; use {seen} or less",
         )
         batch = [torch.cat(column)[:count] for column in zip(*parts, strict=True)]
