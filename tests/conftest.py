@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
+from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
 from transformer_lab.data.task import TaskDataModule
@@ -126,3 +128,30 @@ def trained_sort(tmp_path_factory) -> tuple[Path, dict]:
 
     run_dir = tmp_path_factory.mktemp("sort")
     return run_dir, train(compose_train_config(run_dir, "task=sort", base=COMMON))
+
+
+def fit_with_callback(
+    tmp_path: Path,
+    task: TaskDataModule,
+    callback: L.Callback,
+    epochs: int,
+    arch: str = "encoder",
+    logger: bool = True,
+) -> TransformerPredictor:
+    """Train a 2-layer, 2-head model of `arch` on `task` for `epochs` with one callback, logging to
+    TensorBoard in `tmp_path` (or not at all); no checkpoints, no progress bar."""
+    torch.manual_seed(0)
+    net = ModelConfig(arch=arch, num_layers=2, num_heads=2, **task.model_settings())
+    model = TransformerPredictor(net=net.to_dict(), max_iters=10)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=TensorBoardLogger(tmp_path, name="", version="") if logger else False,
+        callbacks=[callback],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
+    trainer.fit(model, datamodule=task)
+    return model

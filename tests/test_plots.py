@@ -2,21 +2,20 @@
 
 import math
 
-import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
-from lightning.pytorch.loggers import TensorBoardLogger
 from matplotlib.figure import Figure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from transformer_lab import CosineWarmupScheduler, TransformerPredictor, plots
+from tests.conftest import fit_with_callback
+from transformer_lab import CosineWarmupScheduler, plots
 from transformer_lab.callbacks import AttentionMapCallback
 from transformer_lab.data import ReverseDataModule
 from transformer_lab.data.seq2seq import PAD
 from transformer_lab.errors import ConfigError
-from transformer_lab.nn import ModelConfig, PositionalEncoding
+from transformer_lab.nn import PositionalEncoding
 from transformer_lab.train import CONFIG_MODULE
 
 
@@ -94,23 +93,10 @@ def test_lr_schedule_adds_a_close_up_of_a_short_warmup(tmp_path):
 def _fit(
     tmp_path, callback: AttentionMapCallback, epochs: int, logger: bool = True, arch: str = "encoder"
 ) -> None:
-    torch.manual_seed(0)
     datamodule = ReverseDataModule(
         arch=arch, seq_len=6, min_seq_len=3, train_size=64, val_size=32, test_size=32, batch_size=32
     )
-    net = ModelConfig(arch=arch, num_layers=2, num_heads=2, **datamodule.model_settings())
-    model = TransformerPredictor(net=net.to_dict(), max_iters=10)
-    trainer = L.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=TensorBoardLogger(tmp_path, name="", version="") if logger else False,
-        callbacks=[callback],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        log_every_n_steps=1,
-    )
-    trainer.fit(model, datamodule=datamodule)
+    fit_with_callback(tmp_path, datamodule, callback, epochs, arch, logger)
 
 
 def _images(tmp_path, tag: str = "attention/val_example") -> list:

@@ -259,3 +259,22 @@ def source_relevance(model: HookedModule, source: Tensor, target: Tensor) -> Ten
             kinds = _group(a_bar)
             rows.append(_propagate(kinds["encoder"], kinds["decoder"], kinds["cross"])[:, t])
     return torch.stack(rows, dim=1).detach()
+
+
+# ------------------------------------------------------------------------------ per-head statistics
+def attention_entropy(pattern: Tensor, query_mask: Tensor | None = None) -> Tensor:
+    """Mean entropy of each head's attention rows, H = -sum_k A_qk log A_qk (nats; 0 log 0 = 0):
+    [B, H, Tq, Tk] -> [H]. 0 = every query reads one key; log(Tk) = uniform. `query_mask` [B, Tq]
+    (False at padding) leaves padding rows out."""
+    entropy = -(pattern * pattern.clamp_min(1e-30).log()).sum(dim=-1)  # [B, H, Tq]
+    weight = torch.ones_like(entropy[:, 0]) if query_mask is None else query_mask.to(entropy.dtype)
+    return (entropy * weight[:, None]).sum(dim=(0, 2)) / weight.sum().clamp_min(1)
+
+
+def alignment_mass(pattern: Tensor, expected: Tensor) -> Tensor:
+    """Each head's attention mass on the keys a task expects, sum_k A_qk [k expected for q], averaged over
+    the queries that expect any: [B, H, Tq, Tk] and bool [B, Tq, Tk] -> [H]. 1 = all attention where
+    the task says the information is (the mirror position of the reverse task)."""
+    rows = expected.any(dim=-1).to(pattern.dtype)  # [B, Tq]
+    mass = (pattern * expected[:, None].to(pattern.dtype)).sum(dim=-1)  # [B, H, Tq]
+    return (mass * rows[:, None]).sum(dim=(0, 2)) / rows.sum().clamp_min(1)

@@ -29,6 +29,11 @@ class CopyDataModule(TaskDataModule):
     def max_len(self) -> int:
         return self.seq_len
 
+    def alignment(self, inputs: tuple[torch.Tensor, ...], labels: torch.Tensor) -> torch.Tensor:
+        """Where attention should look: each position at itself (HeadMetricsCallback measures it)."""
+        batch, seq_len = inputs[0].shape
+        return torch.eye(seq_len, dtype=torch.bool).expand(batch, seq_len, seq_len)
+
     def _loader(self, seed: int) -> DataLoader:
         x = torch.randint(10, (self.size, self.seq_len), generator=torch.Generator().manual_seed(seed))
         return DataLoader(TensorDataset(x, x.clone()), batch_size=self.batch_size)
