@@ -154,3 +154,10 @@ def test_user_errors_are_one_line(script, checkpoints, tmp_path, capsys, which, 
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_help(script, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        script.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "analysis" in out and "heads | patching | lens | faithfulness" in out
