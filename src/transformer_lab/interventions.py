@@ -83,10 +83,23 @@ def check_heads(model: HookedModule, heads: list[tuple[int, int]]) -> list[str]:
     return layers
 
 
-def _head_means(model: HookedModule, layers: list[str], reference: tuple[Tensor, ...]) -> dict[str, Tensor]:
-    """Each layer's z averaged over the reference batch, per position: [1, T, H, d_head]."""
+def _reference_means(
+    model: HookedModule, layers: list[str], method: str, reference: tuple[Tensor, ...]
+) -> dict[str, Tensor] | None:
+    """For mean ablation, each layer's z averaged over the reference batch, per position
+    ([1, T, H, d_head], in eval mode); None for zero ablation."""
+    if method not in ABLATIONS:
+        raise ValueError(f"method={method!r} is unknown; use zero or mean")
+    if method == "zero":
+        return None
     names = {f"{layer}.hook_z" for layer in layers}
-    _, cache = model.run_with_cache(*reference, names_filter=lambda name: name in names)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            _, cache = model.run_with_cache(*reference, names_filter=lambda name: name in names)
+    finally:
+        model.train(was_training)
     return {name: z.mean(dim=0, keepdim=True) for name, z in cache.items()}
 
 
@@ -161,13 +174,8 @@ def ablate_head_set(
 ) -> float:
     """Accuracy on (inputs, labels) with every head in `heads` ((layer, head) pairs, layer indexing
     `attention_layers`) ablated at once: `zero`, or `mean` (over `reference`, default the inputs)."""
-    if method not in ABLATIONS:
-        raise ValueError(f"method={method!r} is unknown; use zero or mean")
     layers = check_heads(model, heads)
-    means = None
-    if method == "mean":
-        with torch.no_grad():
-            means = _head_means(model, layers, reference or inputs)
+    means = _reference_means(model, layers, method, reference or inputs)
     return accuracy(_run(model, inputs, _ablation_hooks(heads, layers, means)), labels)
 
 
@@ -179,26 +187,16 @@ def ablate_heads(
     reference: tuple[Tensor, ...] | None = None,
 ) -> HeadAblation:
     """Accuracy with each head ablated in turn, [layers, heads], and the baseline without ablation."""
-    if method not in ABLATIONS:
-        raise ValueError(f"method={method!r} is unknown; use zero or mean")
     layers = attention_layers(model)
-    was_training = model.training
-    model.eval()
-    try:
-        means = None
-        if method == "mean":
-            with torch.no_grad():
-                means = _head_means(model, layers, reference or inputs)
-        baseline = accuracy(_run(model, inputs), labels)
-        ablated = [
-            [
-                accuracy(_run(model, inputs, _ablation_hooks([(i, h)], layers, means)), labels)
-                for h in range(model.config.num_heads)
-            ]
-            for i in range(len(layers))
+    means = _reference_means(model, layers, method, reference or inputs)
+    baseline = accuracy(_run(model, inputs), labels)
+    ablated = [
+        [
+            accuracy(_run(model, inputs, _ablation_hooks([(i, h)], layers, means)), labels)
+            for h in range(model.config.num_heads)
         ]
-    finally:
-        model.train(was_training)
+        for i in range(len(layers))
+    ]
     return HeadAblation(layers, baseline, ablated, method)
 
 
