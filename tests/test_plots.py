@@ -1,7 +1,9 @@
 """transformer_lab.plots figures, and the callback that logs the attention grid to TensorBoard."""
 
 import math
+import time
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_module
@@ -33,30 +35,72 @@ def test_token_labels_show_whitespace():
     assert plots.token_labels(["a", "\n", " ", "7"]) == ["a", "⏎", "␣", "7"]
 
 
-def test_attention_grid_layers_by_heads_with_token_ticks(tmp_path):
+def test_attention_grid_layers_by_heads_with_position_and_token_ticks(tmp_path):
     maps = [torch.rand(2, 3, 5, 5).softmax(-1) for _ in range(2)]  # 2 layers, 3 heads
+    maps[0] = maps[0] * 0.3  # a diffuse layer: its own colour scale keeps its structure
     tokens = ["a", "\n", " ", "b", "c"]
     fig = plots.attention_grid(maps, tokens, index=1, title="grid")
-    panels, colorbar = fig.axes[:6], fig.axes[6:]
-    assert len(panels) == 6 and len(colorbar) == 1
+    panels, colorbars = fig.axes[:6], fig.axes[6:]
+    assert len(panels) == 6 and len(colorbars) == 2  # one colour bar per layer
     assert panels[0].get_title() == "layer 1, head 1" and panels[5].get_title() == "layer 2, head 3"
-    assert _tick_labels(panels[3], "x") == ["a", "⏎", "␣", "b", "c"]  # bottom row
-    assert _tick_labels(panels[3], "y") == ["a", "⏎", "␣", "b", "c"]  # first column
+    assert _tick_labels(panels[3], "x") == ["a\n0", "⏎\n1", "␣\n2", "b\n3", "c\n4"]  # bottom row
+    assert _tick_labels(panels[3], "y") == ["0 a", "1 ⏎", "2 ␣", "3 b", "4 c"]  # first column
     assert _tick_labels(panels[4], "y") == [""] * 5
     torch.testing.assert_close(torch.as_tensor(panels[5].images[0].get_array()), maps[1][1, 2])
-    assert panels[0].images[0].get_clim() == (0, 1)
+    for layer, panel in ((0, panels[0]), (1, panels[3])):
+        assert panel.images[0].get_clim() == pytest.approx((0, float(maps[layer][1].max())))
+    assert "layer 1" in colorbars[0].get_ylabel() and "layer 2" in colorbars[1].get_ylabel()
     assert _png_size(fig, tmp_path / "grid.png") > 5_000
     one_example = plots.attention_grid([m[0] for m in maps], tokens)  # [H, T, T] per layer works too
-    assert len(one_example.axes) == 7
+    assert len(one_example.axes) == 8
+
+
+def test_many_tokens_thin_the_ticks_and_long_tokens_stand_upright():
+    maps = [torch.rand(1, 1, 100, 100).softmax(-1)]
+    fig = plots.attention_grid(maps, [chr(97 + i % 26) for i in range(100)])
+    ticks = _tick_labels(fig.axes[0], "y")
+    assert plots.tick_step(100) == 3 and ticks[:3] == ["0 a", "3 d", "6 g"] and len(ticks) == 34
+    long = plots.attention_grid([torch.rand(1, 16, 16)], ["<bos>"] + [str(i % 10) for i in range(15)])
+    assert _tick_labels(long.axes[0], "x")[:2] == ["0 <bos>", "1 0"]  # too wide to stack under a column
+    short = plots.attention_grid([torch.rand(1, 3, 3)], ["<bos>", "1", "2"])
+    assert _tick_labels(short.axes[0], "x") == ["<bos>\n0", "1\n1", "2\n2"]  # wide columns: stacked
+
+
+def test_attention_grid_image_draws_cells_in_milliseconds():
+    maps = [torch.rand(1, 4, 32, 32).softmax(-1).tril() for _ in range(4)]
+    maps[1] = maps[1] * 0.2
+    tokens = list("First Citizen:\nBefore we procee.")
+    plots.attention_grid_image(maps, tokens)  # fonts and colour table, once
+    start = time.perf_counter()
+    image = plots.attention_grid_image(maps, tokens, title="epoch 3")
+    assert time.perf_counter() - start < 0.5  # matplotlib took about 2 s for this grid
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    assert 800 < image.shape[0] < 3000 and 800 < image.shape[1] < 3000
+    # every layer's largest weight gets the top colour of its own scale, the diffuse layer's too
+    top, cell = plots._viridis()[255], 384 // 32
+    assert (image == top).all(-1).sum() >= 4 * cell * cell
+    diffuse = plots.attention_grid_image([maps[1]], tokens)
+    assert (diffuse == top).all(-1).sum() >= cell * cell and diffuse.shape[0] < image.shape[0]
+
+
+def test_colour_cap_ignores_the_diagonal_and_outliers():
+    matrix = torch.eye(16) * 0.9 + torch.eye(16).flip(1) * 0.3 + 0.01
+    matrix[3, 0] = 0.8  # one outlying cell
+    cap = plots.colour_cap(matrix)
+    assert 0.3 <= cap < 0.8  # the anti-diagonal reaches the top of the scale, the outlier saturates
+    assert plots.colour_cap(torch.zeros(3, 3)) > 0
 
 
 def test_token_map_rows_columns_and_capped_colour_scale(tmp_path):
     matrix = torch.eye(4) + 0.1
     fig = plots.token_map(matrix, ["1", "2", "3", "4"], "rollout", row_tokens=["4", "3", "2", "1"], vmax=0.5)
     ax, colorbar = fig.axes
-    assert _tick_labels(ax, "x") == ["1", "2", "3", "4"] and _tick_labels(ax, "y") == ["4", "3", "2", "1"]
+    assert _tick_labels(ax, "x") == ["1\n0", "2\n1", "3\n2", "4\n3"]
+    assert _tick_labels(ax, "y") == ["0 4", "1 3", "2 2", "3 1"]
     assert ax.get_title() == "rollout" and ax.images[0].get_clim() == (0, 0.5)
-    assert colorbar.get_ylabel() == "weight"
+    assert (
+        colorbar.get_ylabel().startswith("weight") and "capped at 0.5: 25% of cells" in colorbar.get_ylabel()
+    )
     assert fig.axes[0].images[0].colorbar.extend == "max"  # the diagonal saturates, and the bar says so
     assert plots.token_map(matrix, list("abcd"), "m").axes[0].images[0].colorbar.extend == "neither"
     assert _png_size(fig, tmp_path / "map.png") > 5_000

@@ -1,6 +1,9 @@
 """Lightning callbacks."""
 
+import json
 import math
+import time
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -198,7 +201,9 @@ class AttentionMapCallback(L.Callback):
     """Log the attention grid (rows = layers, columns = heads) of one fixed validation example to
     TensorBoard as the image `attention/val_example`, after every `every_n_epochs`-th validation; for an
     encoder-decoder three grids, `attention/val_example/encoder`, `.../decoder` and `.../cross` (target
-    rows, source columns).
+    rows, source columns). Ticks read `position token`, each layer has its own colour scale and bar; the
+    grid is drawn straight into an array (`plots.attention_grid_image`, milliseconds; a matplotlib
+    figure took about 2 s).
 
     The example is the task's first validation example without its padding, cut to its first
     `max_tokens` tokens so the figure stays readable and cheap (for a causal decoder the cut changes
@@ -228,26 +233,26 @@ class AttentionMapCallback(L.Callback):
         inputs = tuple(x.to(pl_module.device) for x in self._example)
         tokens = [task.tokenizer.tokens(x[0]) for x in inputs]
         title = f"Validation example, epoch {trainer.current_epoch}"
-        with torch.no_grad():
+        with torch.inference_mode():
             if isinstance(pl_module.net, EncoderDecoder):
                 maps = explain.encoder_decoder_maps(pl_module.net, *inputs)
                 source, target = tokens
-                figures = {
-                    "attention/val_example/encoder": plots.attention_grid(
+                images = {
+                    "attention/val_example/encoder": plots.attention_grid_image(
                         maps["encoder"], source, title=f"Encoder self-attention. {title}"
                     ),
-                    "attention/val_example/decoder": plots.attention_grid(
+                    "attention/val_example/decoder": plots.attention_grid_image(
                         maps["decoder"], target, title=f"Decoder self-attention. {title}"
                     ),
-                    "attention/val_example/cross": plots.attention_grid(
+                    "attention/val_example/cross": plots.attention_grid_image(
                         maps["cross"], source, title=f"Cross-attention. {title}", row_tokens=target
                     ),
                 }
             else:
                 maps = explain.attention_maps(pl_module.net, *inputs)
-                figures = {"attention/val_example": plots.attention_grid(maps, tokens[0], title=title)}
-        for tag, figure in figures.items():
-            logger.experiment.add_figure(tag, figure, global_step=trainer.global_step)
+                images = {"attention/val_example": plots.attention_grid_image(maps, tokens[0], title=title)}
+        for tag, image in images.items():
+            logger.experiment.add_image(tag, image, global_step=trainer.global_step, dataformats="HWC")
 
 
 class TextSampleCallback(L.Callback):
@@ -407,3 +412,123 @@ class HeadMetricsCallback(L.Callback):
         logger.experiment.add_figure(
             "heads/ablation", plots.head_ablation(result), global_step=trainer.global_step
         )
+
+
+class FitTimer(L.Callback):
+    """Where a run's time goes (`scripts/bench.py --phases end_to_end` passes it as
+    `+callbacks.fit_timer._target_=transformer_lab.callbacks.FitTimer`): writes `path` (JSON; default
+    `<run dir>/fit_timing.json`) at the end of `trainer.fit` with
+
+    * `fit_seconds`: from `on_fit_start` to `on_fit_end`: every training step, the sanity check, every
+      validation, checkpoint, figure, sample and head metric, the end-of-training ablation;
+    * `train_step_seconds`: the sum over training batches of `on_train_batch_start` -> `on_train_batch_end`
+      (forward, backward, clipping, optimizer, the callbacks' per-step hooks that run before this one:
+      the loop a hand-written training loop would run; fetching the batch is outside);
+    * `train_tokens`: the tokens of those batches (the first tensor of each batch);
+    * `sanity_seconds`, `validation_seconds` (fit's validations, their callbacks included), `validations`;
+    * `callback_seconds`: `{"<Callback>.<hook>": seconds}` for every other callback's hooks that took any
+      time (each hook is wrapped in a timer for the duration of the fit);
+    * `fit_start_time`, `fit_end_time`: `time.time()` at both ends, to relate the fit to the whole process
+      (start-up before, the test after).
+    """
+
+    HOOKS = (
+        "on_train_start",
+        "on_train_batch_start",
+        "on_train_batch_end",
+        "on_train_epoch_end",
+        "on_validation_start",
+        "on_validation_batch_end",
+        "on_validation_epoch_end",
+        "on_validation_end",
+        "on_train_end",
+        "on_save_checkpoint",
+        "on_exception",
+    )
+
+    def __init__(self, path: str | None = None):
+        self.path = path
+        self.train_tokens = 0
+        self.train_step_seconds = 0.0
+        self.validation_seconds = 0.0
+        self.sanity_seconds = 0.0
+        self.validations = 0
+        self.callback_seconds: dict[str, float] = {}
+        self._times: dict[str, float] = {}
+        self._unwrap: list[tuple[L.Callback, str]] = []
+
+    def _now(self, pl_module: L.LightningModule) -> float:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)  # measure the queued work, not its launch
+        return time.perf_counter()
+
+    def _wrap(self, callback: L.Callback, hook: str) -> None:
+        method = getattr(callback, hook)
+        key = f"{type(callback).__name__}.{hook}"
+
+        def timed(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.callback_seconds[key] = self.callback_seconds.get(key, 0.0) + time.perf_counter() - start
+
+        setattr(callback, hook, timed)
+        self._unwrap.append((callback, hook))
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._times["fit_start"] = self._now(pl_module)
+        self._times["fit_start_time"] = time.time()
+        for callback in trainer.callbacks:
+            if callback is self:
+                continue
+            for hook in self.HOOKS:  # only hooks the callback overrides
+                if getattr(type(callback), hook, None) is not getattr(L.Callback, hook):
+                    self._wrap(callback, hook)
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._times["sanity"] = self._now(pl_module)
+
+    def on_sanity_check_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.sanity_seconds += self._now(pl_module) - self._times["sanity"]
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: object, batch_idx: int
+    ) -> None:
+        first = batch[0] if isinstance(batch, list | tuple) else batch
+        self.train_tokens += first.numel() if isinstance(first, Tensor) else 0
+        self._times["step"] = self._now(pl_module)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: object) -> None:
+        self.train_step_seconds += self._now(pl_module) - self._times["step"]
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._times["validation"] = self._now(pl_module)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking:
+            self.validation_seconds += self._now(pl_module) - self._times["validation"]
+            self.validations += 1
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        fit_seconds = self._now(pl_module) - self._times["fit_start"]
+        for callback, hook in self._unwrap:
+            delattr(callback, hook)  # the class's method again
+        self._unwrap = []
+        if not trainer.is_global_zero:
+            return
+        timing = {
+            "fit_seconds": fit_seconds,
+            "train_step_seconds": self.train_step_seconds,
+            "train_tokens": self.train_tokens,
+            "train_steps": trainer.global_step,
+            "sanity_seconds": self.sanity_seconds,
+            "validation_seconds": self.validation_seconds,
+            "validations": self.validations,
+            "callback_seconds": dict(sorted(self.callback_seconds.items(), key=lambda kv: -kv[1])),
+            "fit_start_time": self._times["fit_start_time"],
+            "fit_end_time": time.time(),
+        }
+        path = Path(self.path or Path(trainer.default_root_dir) / "fit_timing.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(timing, indent=2) + "\n")

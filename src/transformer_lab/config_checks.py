@@ -45,6 +45,7 @@ ALLOWED_TARGETS = frozenset(
                 "AttentionMapCallback",
                 "BestCheckpoint",
                 "FiniteLossCheck",
+                "FitTimer",
                 "HeadMetricsCallback",
                 "LastCheckpoint",
                 "TextSampleCallback",

@@ -2,11 +2,16 @@
 
 Every function returns a `matplotlib.figure.Figure` built without pyplot (no global state, no display
 needed; PNGs are rendered by the Agg backend): save it with `fig.savefig(path)`, log it with TensorBoard's
-`add_figure`, or show it in a notebook.
+`add_figure`, or show it in a notebook. `attention_grid_image` draws the attention grid straight into an
+RGB array (a colour lookup table and Pillow's text, no matplotlib): milliseconds instead of seconds, for
+logging during training with TensorBoard's `add_image`.
 """
 
+import math
 from collections.abc import Callable
+from functools import cache
 
+import numpy as np
 import torch
 from matplotlib.figure import Figure
 from torch import Tensor
@@ -15,6 +20,7 @@ from transformer_lab.nn import PositionalEncoding
 from transformer_lab.schedulers import CosineWarmupScheduler
 
 SHOWN_AS = {"\n": "⏎", " ": "␣", "\t": "⇥"}
+MAX_TICKS = 48  # more positions than this on an axis: label every k-th one
 
 
 def token_labels(tokens: list[str]) -> list[str]:
@@ -22,19 +28,62 @@ def token_labels(tokens: list[str]) -> list[str]:
     return [SHOWN_AS.get(t, t) for t in tokens]
 
 
+def tick_step(count: int, max_ticks: int = MAX_TICKS) -> int:
+    """Label every k-th position of an axis with `count` positions, so at most `max_ticks` labels show."""
+    return max(1, math.ceil(count / max_ticks))
+
+
+def position_labels(tokens: list[str], stacked: bool = False) -> list[str]:
+    """Tick labels that locate a cell: position and token, `"3 a"` (or `"a\n3"` stacked, for the x axis)."""
+    return [f"{t}\n{i}" if stacked else f"{i} {t}" for i, t in enumerate(token_labels(tokens))]
+
+
 def _label_axes(
     ax, tokens: list[str], row_tokens: list[str] | None, panel: float, x: bool = True, y: bool = True
 ) -> None:
-    """One tick label per token, the font sized to the cells (`panel` inches hold all the tokens)."""
+    """Ticks labelled with position and token (every k-th one when there are many), the font sized to the
+    cells (`panel` inches hold all the positions). Short tokens stack under their position on the x axis;
+    longer ones are written `position token`, turned upright."""
     rows = row_tokens or tokens
-    size = max(4.0, min(9.0, 0.8 * panel * 72 / max(len(tokens), len(rows))))
-    ax.set_xticks(range(len(tokens)), token_labels(tokens) if x else [], fontsize=size)
-    ax.set_yticks(range(len(rows)), token_labels(rows) if y else [], fontsize=size)
+    shown = max(len(tokens), len(rows)) / tick_step(max(len(tokens), len(rows)))
+    size = max(4.5, min(9.0, 0.8 * panel * 72 / shown))
+    # stack `token` over `position` under a column if both fit its width (a digit is ~0.64 em wide)
+    digits = len(str(len(tokens) - 1))
+    width = max(len(t) for t in token_labels(tokens)) if tokens else 1
+    stacked = panel * 72 / shown >= 0.64 * size * max(digits, width) + 1.5
+    for axis, labels, show in ((ax.xaxis, tokens, x), (ax.yaxis, rows, y)):
+        step = tick_step(len(labels))
+        text = position_labels(labels, stacked=stacked and axis is ax.xaxis)
+        axis.set_ticks(range(0, len(labels), step), text[::step] if show else [], fontsize=size)
+        if axis is ax.xaxis and not stacked and show:
+            ax.tick_params(axis="x", labelrotation=90)
     ax.tick_params(length=0)
 
 
 def _to_cpu(t: Tensor) -> Tensor:
     return t.detach().float().cpu()
+
+
+def layer_scales(maps: list[Tensor]) -> list[float]:
+    """Each layer's colour scale, 0 to its largest weight over the heads shown: a diffuse layer (weights
+    around 1/T) keeps its structure instead of fading into a shared 0-to-1 scale."""
+    return [max(float(m.max()), 1e-6) for m in maps]
+
+
+def colour_cap(matrix: Tensor, quantile: float = 0.95, exclude_diagonal: bool = True) -> float:
+    """A colour-scale cap for a relevance or rollout matrix: the `quantile` of its off-diagonal entries
+    (the non-zero ones: a causal map's upper triangle is empty). The diagonal (each token relying on
+    itself through the residual path) and a few outlying cells then saturate instead of setting the
+    scale, and the pattern of the rest (the reverse task's anti-diagonal) shows."""
+    matrix = _to_cpu(matrix)
+    values = matrix
+    if exclude_diagonal and matrix.size(-1) == matrix.size(-2):
+        eye = torch.eye(matrix.size(-1), dtype=torch.bool)
+        values = matrix[~eye.expand_as(matrix)]
+    values = values[values > 0].flatten()
+    if values.numel() == 0:
+        return max(float(matrix.max()), 1e-6)
+    return max(float(torch.quantile(values, quantile)), 1e-6)
 
 
 def attention_grid(
@@ -48,23 +97,27 @@ def attention_grid(
 
     maps: list over layers of [B, H, Tq, Tk] (as from `explain.attention_maps`) or [H, Tq, Tk]; `index`
     picks the example of the batch. `tokens` label the keys, `row_tokens` the queries (default: the
-    same; cross-attention's queries are other tokens). One colour scale, 0 to 1, for every panel.
+    same; cross-attention's queries are other tokens); each tick reads `position token`. Each layer has
+    its own colour scale, 0 to its largest weight (`layer_scales`), with its own colour bar.
     """
     maps = [_to_cpu(m[index] if m.ndim == 4 else m) for m in maps]
     num_layers, num_heads = len(maps), maps[0].size(0)
-    panel = max(1.9, 0.16 * max(len(tokens), len(row_tokens or tokens)))
-    fig = Figure(figsize=(panel * num_heads + 1.0, panel * num_layers + 0.5), layout="constrained")
+    positions = max(len(tokens), len(row_tokens or tokens))
+    panel = max(1.9, 0.16 * min(positions, 2 * MAX_TICKS))
+    fig = Figure(figsize=(panel * num_heads + 1.6, panel * num_layers + 0.6), layout="constrained")
     axes = fig.subplots(num_layers, num_heads, squeeze=False)
-    for layer, row in enumerate(axes):
+    for layer, (row, vmax) in enumerate(zip(axes, layer_scales(maps), strict=True)):
         for head, ax in enumerate(row):
-            image = ax.imshow(maps[layer][head], vmin=0, vmax=1, cmap="viridis")
+            image = ax.imshow(maps[layer][head], vmin=0, vmax=vmax, cmap="viridis", interpolation="nearest")
             ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
             _label_axes(ax, tokens, row_tokens, panel, x=layer == num_layers - 1, y=head == 0)
+        bar = fig.colorbar(image, ax=row, shrink=0.9, pad=0.01, aspect=15)
+        bar.set_label(f"layer {layer + 1}: attention weight", fontsize=8)
+        bar.ax.tick_params(labelsize=7)
     for ax in axes[-1]:
-        ax.set_xlabel("key (attended input)", fontsize=8)
+        ax.set_xlabel("key: position and token", fontsize=8)
     for ax in axes[:, 0]:
-        ax.set_ylabel("query", fontsize=8)
-    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
+        ax.set_ylabel("query: position and token", fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -80,24 +133,132 @@ def token_map(
     colorbar_label: str = "weight",
     vmax: float | None = None,
 ) -> Figure:
-    """One [T, T] map (a head mean, a rollout, a relevance matrix) with token tick labels.
+    """One [T, T] map (a head mean, a rollout, a relevance matrix) with `position token` tick labels.
 
     Columns are labelled with `tokens` (the inputs), rows with `row_tokens` (default: the same tokens).
-    `vmax` caps the colour scale (larger values saturate, shown by the colour bar's arrow): useful when
-    the diagonal, each token relying on itself, would wash out everything else.
+    `vmax` caps the colour scale (e.g. `colour_cap(matrix)`): larger values saturate, which the colour
+    bar shows with an arrow and its label with the cap, so the diagonal (each token relying on itself)
+    or one outlying cell does not wash out everything else.
     """
     matrix = _to_cpu(matrix)
-    panel = max(3.2, 0.2 * len(tokens))
-    fig = Figure(figsize=(panel + 1.1, panel + 0.3), layout="constrained")
+    panel = max(3.2, 0.2 * min(max(len(tokens), len(row_tokens or tokens)), 2 * MAX_TICKS))
+    fig = Figure(figsize=(panel + 1.5, panel + 0.5), layout="constrained")
     ax = fig.subplots()
-    image = ax.imshow(matrix, vmin=0, vmax=vmax, cmap="viridis")
+    image = ax.imshow(matrix, vmin=0, vmax=vmax, cmap="viridis", interpolation="nearest")
     _label_axes(ax, tokens, row_tokens, panel)
-    ax.set_xlabel(xlabel, fontsize=9)
-    ax.set_ylabel(ylabel, fontsize=9)
+    ax.set_xlabel(f"{xlabel}: position and token", fontsize=9)
+    ax.set_ylabel(f"{ylabel}: position and token", fontsize=9)
     ax.set_title(title, fontsize=10)
     clipped = vmax is not None and matrix.max() > vmax
+    if clipped:
+        share = float((matrix > vmax).float().mean())
+        colorbar_label = (
+            f"{colorbar_label}\n(scale capped at {vmax:.2g}: {share:.0%} of cells above it saturate)"
+        )
     fig.colorbar(image, ax=ax, shrink=0.8, label=colorbar_label, extend="max" if clipped else "neither")
     return fig
+
+
+# ------------------------------------------------------------------ the attention grid as an RGB array
+@cache
+def _viridis() -> np.ndarray:
+    """viridis as a [256, 3] uint8 lookup table (matplotlib's, read once)."""
+    from matplotlib import colormaps
+
+    return (colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
+
+
+@cache
+def _font(size: int):
+    """DejaVu Sans (shipped with matplotlib: it has ⏎ and ␣) at `size` pixels, for Pillow."""
+    from pathlib import Path
+
+    import matplotlib
+    from PIL import ImageFont
+
+    return ImageFont.truetype(
+        str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"), size
+    )
+
+
+def _colours(values: np.ndarray, vmax: float) -> np.ndarray:
+    """[..., ] floats -> [..., 3] uint8 viridis colours, 0 to `vmax` (above it: the top colour)."""
+    index = np.clip(values / vmax * 255, 0, 255).round().astype(np.uint8)
+    return _viridis()[index]
+
+
+def attention_grid_image(
+    maps: list[Tensor],
+    tokens: list[str],
+    index: int = 0,
+    title: str | None = None,
+    row_tokens: list[str] | None = None,
+) -> np.ndarray:
+    """`attention_grid` drawn straight into an RGB array [height, width, 3] (uint8), in milliseconds: the
+    same panels (rows = layers, columns = heads; x = keys, y = queries), ticks reading `position token`,
+    a colour scale per layer (0 to its largest weight) with its colour bar. For TensorBoard's
+    `add_image(tag, image, step, dataformats="HWC")`."""
+    from PIL import Image, ImageDraw
+
+    maps = [_to_cpu(m[index] if m.ndim == 4 else m).numpy() for m in maps]
+    num_layers, num_heads = len(maps), maps[0].shape[0]
+    keys, queries = token_labels(tokens), token_labels(row_tokens or tokens)
+    t_q, t_k = len(queries), len(keys)
+    cell = int(min(24, max(4, 384 // max(t_q, t_k))))
+    size = 10
+    step = max(1, math.ceil((size + 1) / cell))  # label every k-th position if the cells are small
+    font, small = _font(size), _font(size - 1)
+    y_text = position_labels(queries)
+    x_text = position_labels(keys)
+    label_w = max(int(font.getlength(t)) for t in y_text) + 6
+    x_label_h = max(int(font.getlength(t)) for t in x_text) + 6
+    pad, title_h, head_h, bar_w = 10, 22 if title else 4, 18, 62
+    panel_w, panel_h = t_k * cell, t_q * cell
+    caption = "rows: query, columns: key (position token); colours: each layer from 0 to its largest weight"
+    grid_w = pad + label_w + num_heads * (panel_w + pad) + bar_w + pad
+    width = max(grid_w, int(small.getlength(caption)) + 2 * pad, int(font.getlength(title or "")) + 2 * pad)
+    height = title_h + num_layers * (head_h + panel_h + pad) + x_label_h + 14
+    canvas = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(canvas)
+    if title:
+        draw.text((width // 2, 4), title, fill="black", font=font, anchor="mt")
+    scales = layer_scales([torch.from_numpy(m) for m in maps])
+    for layer, (layer_maps, vmax) in enumerate(zip(maps, scales, strict=True)):
+        top = title_h + layer * (head_h + panel_h + pad) + head_h
+        for head in range(num_heads):
+            left = pad + label_w + head * (panel_w + pad)
+            draw.text(
+                (left + panel_w // 2, top - 3),
+                f"layer {layer + 1}, head {head + 1}",
+                fill="black",
+                font=small,
+                anchor="md",
+            )
+            pixels = np.repeat(np.repeat(_colours(layer_maps[head], vmax), cell, 0), cell, 1)
+            canvas.paste(Image.fromarray(pixels), (left, top))
+        for i in range(0, t_q, step):  # query ticks left of the first panel
+            draw.text(
+                (pad + label_w - 4, top + i * cell + cell // 2),
+                y_text[i],
+                fill="black",
+                font=font,
+                anchor="rm",
+            )
+        bar_left = pad + label_w + num_heads * (panel_w + pad)  # this layer's colour bar
+        ramp = np.linspace(vmax, 0, panel_h)[:, None].repeat(10, 1)
+        canvas.paste(Image.fromarray(_colours(ramp, vmax)), (bar_left, top))
+        for value, y in ((vmax, top), (vmax / 2, top + panel_h // 2), (0.0, top + panel_h - 1)):
+            draw.text((bar_left + 13, y), f"{value:.2f}", fill="black", font=small, anchor="lm")
+    strip = Image.new("L", (x_label_h, panel_w), 0)  # the key ticks, written sideways, then turned upright
+    strip_draw = ImageDraw.Draw(strip)
+    for j in range(0, t_k, step):
+        strip_draw.text((x_label_h - 4, j * cell + cell // 2), x_text[j], fill=255, font=font, anchor="rm")
+    strip = strip.rotate(90, expand=True)
+    bottom = title_h + num_layers * (head_h + panel_h + pad) - pad + 2
+    for head in range(num_heads):  # under the last row of panels
+        canvas.paste((0, 0, 0), (pad + label_w + head * (panel_w + pad), bottom), strip)
+    draw.text((pad, height - 3), caption, fill=(90, 90, 90), font=small, anchor="ld")
+    return np.asarray(canvas)
 
 
 def positional_encoding_heatmap(model_dim: int = 32, positions: int = 64) -> Figure:
