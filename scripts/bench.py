@@ -35,6 +35,14 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    (train, then test) with its test seq_acc (--quick: a few hundred examples, one epoch).
 5. Peak memory of the training phase: the process's peak RSS on CPU, `torch.cuda.max_memory_allocated`
    on CUDA.
+7. A whole run (`--phases end_to_end`): `python train.py experiment=shakespeare_cpu` in a subprocess, as a
+   user runs it (its callbacks, validations, checkpoints, figures, samples, head metrics, the test), with
+   one more callback (`transformer_lab.callbacks.FitTimer`) measuring inside that run. The figure is the
+   whole fit's training tokens/s (from the start to the end of `trainer.fit`: training steps, the sanity
+   check, every validation with its callbacks, checkpoints, the end-of-training head ablation) over the
+   training steps' own tokens/s (`on_train_batch_start` -> `on_train_batch_end` summed: the bare loop's
+   time in the same run); start-up before the fit and the test after it are reported separately. Also
+   each callback hook's total time in that run. (--quick: 30 steps, validating every 10.)
 """
 
 import argparse
@@ -44,6 +52,7 @@ import math
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,6 +92,7 @@ class Mode:
     matmul_size: int
     reverse_overrides: tuple[str, ...]
     sort_overrides: tuple[str, ...]
+    end_to_end_overrides: tuple[str, ...] = ()
 
 
 QUIET = "callbacks.progress_bar.refresh_rate=0"
@@ -96,9 +106,10 @@ QUICK = Mode(
     512,
     ("experiment=reverse_tiny", QUIET),
     ("data.train_size=512", "data.val_size=64", "data.test_size=64", "trainer.max_epochs=1", QUIET),
+    ("trainer.max_steps=30", "data.batches_per_epoch=10", "data.val_batches=4", QUIET),
 )
 
-PHASES = ("training", "generation", "reverse", "encoder_decoder")
+PHASES = ("training", "generation", "reverse", "encoder_decoder", "end_to_end")
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
     "lightning_over_bare": (">=", 0.95),
     "hooks_over_no_hooks": (">=", 0.99),
@@ -109,7 +120,9 @@ TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the ful
     "reverse_test_acc": (">=", 1.0),
     "encdec_cache_speedup": (">=", 2.0),
     "sort_test_seq_acc": (">=", 0.99),
+    "end_to_end_over_loop": (">=", 0.90),
 }
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def progress(message: str) -> None:
@@ -547,6 +560,82 @@ def bench_encoder_decoder(mode: Mode, workdir: Path) -> dict:
     }
 
 
+# ------------------------------------------------------------------------------------- end to end
+END_TO_END_COMMAND = ("train.py", "experiment=shakespeare_cpu")
+
+
+def bench_end_to_end(mode: Mode, overrides: list[str], workdir: Path, threads: int | None) -> dict:
+    """Phase 7: `python train.py experiment=shakespeare_cpu` in a subprocess, a `FitTimer` measuring the
+    fit from inside; the figure is the whole fit's tokens/s over its training steps' tokens/s."""
+    timing_path = workdir / "end_to_end" / "fit_timing.json"
+    command = [
+        sys.executable,
+        *END_TO_END_COMMAND,
+        *mode.end_to_end_overrides,
+        *overrides,
+        f"paths.log_dir={workdir / 'end_to_end'}",
+        "+callbacks.fit_timer._target_=transformer_lab.callbacks.FitTimer",
+        f"+callbacks.fit_timer.path={timing_path}",
+    ]
+    env = os.environ | ({"OMP_NUM_THREADS": str(threads)} if threads else {})
+    progress(f"end_to_end: python {' '.join(command[1:])}")
+    start = time.time()
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    end = time.time()
+    if run.returncode != 0:
+        sys.exit(f"error: the end-to-end run failed (exit {run.returncode}): {run.stderr.strip()[-2000:]}")
+    timing = json.loads(timing_path.read_text())
+    (metrics_path,) = (workdir / "end_to_end").glob("*/*/metrics.json")
+    metrics = json.loads(metrics_path.read_text())
+    fit, steps, tokens = timing["fit_seconds"], timing["train_step_seconds"], timing["train_tokens"]
+    return {
+        "end_to_end_over_loop": steps / fit,  # (tokens / fit) / (tokens / steps)
+        "end_to_end_fit_tokens_per_s": tokens / fit,
+        "end_to_end_step_tokens_per_s": tokens / steps,
+        "end_to_end_train_tokens": tokens,
+        "end_to_end_train_steps": timing["train_steps"],
+        "end_to_end_fit_seconds": fit,
+        "end_to_end_step_seconds": steps,
+        "end_to_end_outside_steps_seconds": fit - steps,
+        "end_to_end_validation_seconds": timing["validation_seconds"],
+        "end_to_end_validations": timing["validations"],
+        "end_to_end_sanity_seconds": timing["sanity_seconds"],
+        "end_to_end_startup_seconds": timing["fit_start_time"] - start,
+        "end_to_end_after_fit_seconds": end - timing["fit_end_time"],
+        "end_to_end_process_seconds": end - start,
+        "end_to_end_val_loss": metrics.get("val/loss"),
+        "end_to_end_test_loss": metrics.get("test/loss"),
+        "end_to_end_callback_seconds": timing["callback_seconds"],
+    }
+
+
+def end_to_end_table(results: dict) -> str:
+    """Where the whole run's time went: the parts of the process, then each callback hook's total."""
+    r = {k.removeprefix("end_to_end_"): v for k, v in results.items() if k.startswith("end_to_end_")}
+    lines = [
+        f"Whole run: python {' '.join(END_TO_END_COMMAND)} ({r['train_steps']} steps, "
+        f"{r['validations']} validations)",
+        "| part of the run | seconds | share of the fit |",
+        "|---|---|---|",
+        f"| start-up: interpreter, imports, config, data, model (before the fit) | "
+        f"{r['startup_seconds']:.1f} | |",
+        f"| the fit (on_fit_start -> on_fit_end) | {r['fit_seconds']:.1f} | 100% |",
+        f"| - training steps (on_train_batch_start -> on_train_batch_end) | {r['step_seconds']:.1f} | "
+        f"{r['step_seconds'] / r['fit_seconds']:.1%} |",
+        f"| - validations, their callbacks included | {r['validation_seconds']:.1f} | "
+        f"{r['validation_seconds'] / r['fit_seconds']:.1%} |",
+        f"| - sanity check | {r['sanity_seconds']:.1f} | {r['sanity_seconds'] / r['fit_seconds']:.1%} |",
+        f"| after the fit: test of best.ckpt, metrics, exit | {r['after_fit_seconds']:.1f} | |",
+        "",
+        "| callback hook (total over the run) | seconds | share of the fit |",
+        "|---|---|---|",
+    ]
+    for hook, seconds in r["callback_seconds"].items():
+        if seconds >= 0.005:
+            lines.append(f"| {hook} | {seconds:.3f} | {seconds / r['fit_seconds']:.2%} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------ report
 ROWS = [  # (figure, format of the value, the results keys it shows; the first one is checked against TARGETS)
     ("training, Lightning (project)", "{:,.0f} tokens/s", ["lightning_tokens_per_s"]),
@@ -589,6 +678,17 @@ ROWS = [  # (figure, format of the value, the results keys it shows; the first o
     ("encoder-decoder cache speed-up, 1 source", "{:.2f}x", ["encdec_cache_speedup_batch1"]),
     ("sort: python train.py task=sort, wall time", "{:.1f} s", ["sort_seconds"]),
     ("sort: test/seq_acc", "{:.4f}", ["sort_test_seq_acc"]),
+    (
+        "whole run, python train.py experiment=shakespeare_cpu: fit / training steps, tokens/s",
+        "{:,.0f} / {:,.0f} tokens/s",
+        ["end_to_end_fit_tokens_per_s", "end_to_end_step_tokens_per_s"],
+    ),
+    ("whole run: fit tokens/s over training-step tokens/s", "{:.3f}", ["end_to_end_over_loop"]),
+    (
+        "whole run: start-up / fit / after the fit (test)",
+        "{:.1f} / {:.1f} / {:.1f} s",
+        ["end_to_end_startup_seconds", "end_to_end_fit_seconds", "end_to_end_after_fit_seconds"],
+    ),
 ]
 
 
@@ -651,6 +751,8 @@ def main(argv: list[str] | None = None) -> dict:
             results.update(bench_reverse(mode, workdir))
         if "encoder_decoder" in phases:
             results.update(bench_encoder_decoder(mode, workdir))
+        if "end_to_end" in phases:
+            results.update(bench_end_to_end(mode, args.overrides, workdir, args.threads))
     results.update(
         mode=mode_name,
         overrides=" ".join(args.overrides),
@@ -665,6 +767,8 @@ def main(argv: list[str] | None = None) -> dict:
         + (f", overrides: {results['overrides']}" if args.overrides else "")
     )
     print(table(results, check_targets=mode_name == "full"))
+    if "end_to_end_over_loop" in results:
+        print(end_to_end_table(results))
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

@@ -409,8 +409,8 @@ class HeadMetricsCallback(L.Callback):
         logger.experiment.add_text(
             "heads/ablation", "    " + text.replace("\n", "\n    "), trainer.global_step
         )
-        logger.experiment.add_figure(
-            "heads/ablation", plots.head_ablation(result), global_step=trainer.global_step
+        logger.experiment.add_image(  # drawn as an array: no matplotlib start-up at the end of training
+            "heads/ablation", plots.head_ablation_image(result), trainer.global_step, dataformats="HWC"
         )
 
 

@@ -438,3 +438,45 @@ def head_ablation(result) -> Figure:
     )
     fig.colorbar(image, ax=ax, shrink=0.8, label=result.metric)
     return fig
+
+
+def head_ablation_image(result) -> np.ndarray:
+    """`head_ablation` drawn straight into an RGB array [height, width, 3] (uint8), for TensorBoard's
+    `add_image` at the end of training: one row per attention layer, one column per head, the metric
+    with that head removed written in each cell (0 to 1 in viridis), the baseline in the title."""
+    from PIL import Image, ImageDraw
+
+    values = np.asarray(result.ablated, dtype=float)
+    rows, columns = values.shape
+    font, small = _font(11), _font(10)
+    cell_w, cell_h, pad = 56, 26, 10
+    label_w = max(int(font.getlength(str(name))) for name in result.layers) + 8
+    title = f"{result.metric} with one head {result.method}-ablated (none: {result.baseline:.3f})"
+    grid_w = pad + label_w + columns * cell_w + 70
+    width = max(grid_w, int(font.getlength(title)) + 2 * pad)
+    height = 26 + 16 + rows * cell_h + pad
+    canvas = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(canvas)
+    draw.text((width // 2, 4), title, fill="black", font=font, anchor="mt")
+    top, left = 42, pad + label_w
+    pixels = np.repeat(np.repeat(_colours(values, 1.0), cell_h, 0), cell_w, 1)
+    canvas.paste(Image.fromarray(pixels), (left, top))
+    for h in range(columns):
+        draw.text(
+            (left + h * cell_w + cell_w // 2, top - 3), f"head {h}", fill="black", font=small, anchor="md"
+        )
+    for i, name in enumerate(result.layers):
+        draw.text(
+            (left - 4, top + i * cell_h + cell_h // 2), str(name), fill="black", font=small, anchor="rm"
+        )
+        for h in range(columns):
+            colour = "white" if values[i, h] < 0.6 else "black"  # viridis is dark at the low end
+            centre = (left + h * cell_w + cell_w // 2, top + i * cell_h + cell_h // 2)
+            draw.text(centre, f"{values[i, h]:.2f}", fill=colour, font=font, anchor="mm")
+    bar_left = left + columns * cell_w + 10  # the colour bar, 0 to 1
+    ramp = np.linspace(1, 0, rows * cell_h)[:, None].repeat(10, 1)
+    canvas.paste(Image.fromarray(_colours(ramp, 1.0)), (bar_left, top))
+    for value, y in ((1.0, top + 5), (0.0, top + rows * cell_h - 5)):
+        draw.text((bar_left + 13, y), f"{value:.0f}", fill="black", font=small, anchor="lm")
+    draw.text((bar_left + 13, top + rows * cell_h // 2), result.metric, fill="black", font=small, anchor="lm")
+    return np.asarray(canvas)
