@@ -1,4 +1,4 @@
-"""The README's hook-point example, runnable:
+"""The hook-point example of docs/hooks.md, runnable:
 
     python docs/hooks_example.py saved_models/reverse/<run>/checkpoints/best.ckpt
 

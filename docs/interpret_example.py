@@ -1,4 +1,4 @@
-"""The README's analysis example: ablation, patching, logit lens and faithfulness from Python.
+"""The analysis example of docs/interpret.md: ablation, patching, logit lens and faithfulness from Python.
 
 python docs/interpret_example.py saved_models/reverse/<run>/checkpoints/best.ckpt
 """

@@ -1,4 +1,4 @@
-"""The README's examples are the code the tests run: the hook-point and analysis examples (docs/) and
+"""The docs' examples are the code the tests run: the hook-point and analysis examples (docs/*.py) and
 the "Add your own task" module (tests/toy_task/copy.py, trained by tests/test_own_task.py)."""
 
 import re
@@ -10,12 +10,11 @@ import pytest
 from tests.conftest import ROOT, compose_train_config
 from transformer_lab.train import train
 
-README = (ROOT / "README.md").read_text()
 
-
-def _python_block(starting_with: str) -> str:
-    match = re.search(r"```python\n(" + re.escape(starting_with) + r".*?)```", README, re.S)
-    assert match, f"no python block starting with {starting_with!r} in README.md"
+def _python_block(page: str, starting_with: str) -> str:
+    text = (ROOT / "docs" / page).read_text()
+    match = re.search(r"```python\n(" + re.escape(starting_with) + r".*?)```", text, re.S)
+    assert match, f"no python block starting with {starting_with!r} in docs/{page}"
     return match.group(1)
 
 
@@ -36,8 +35,8 @@ def _in_order(needles: list[str], haystack: list[str]) -> bool:
     return True
 
 
-def test_the_readme_hook_example_is_docs_hooks_example(tmp_path):
-    block = _code_lines(_python_block("import torch\n\nfrom transformer_lab import load_model\n"))
+def test_the_docs_hook_example_is_docs_hooks_example(tmp_path):
+    block = _code_lines(_python_block("hooks.md", "import torch\n\nfrom transformer_lab import load_model\n"))
     script = _code_lines((ROOT / "docs" / "hooks_example.py").read_text())
     assert _in_order(block, script)
     train(compose_train_config(tmp_path, "model.num_layers=2", "model.num_heads=2", "test=false"))
@@ -53,14 +52,16 @@ def test_the_readme_hook_example_is_docs_hooks_example(tmp_path):
 
 
 @pytest.mark.parametrize("path", ["tests/toy_task/copy.py"])
-def test_the_readme_task_is_the_task_the_tests_train(path):
-    block = _code_lines(_python_block("# src/transformer_lab/data/copy.py\n"))
+def test_the_docs_task_is_the_task_the_tests_train(path):
+    block = _code_lines(_python_block("own_task.md", "# src/transformer_lab/data/copy.py\n"))
     module = _code_lines((ROOT / path).read_text())
     assert _in_order(block, module), sorted(set(block) - set(module))
 
 
-def test_the_readme_analysis_example_is_docs_interpret_example(tmp_path):
-    block = _code_lines(_python_block("import sys\n\nfrom transformer_lab import faithfulness"))
+def test_the_docs_analysis_example_is_docs_interpret_example(tmp_path):
+    block = _code_lines(
+        _python_block("interpret.md", "import sys\n\nfrom transformer_lab import faithfulness")
+    )
     script = _code_lines((ROOT / "docs" / "interpret_example.py").read_text())
     assert _in_order(block, script)
     overrides = ("model.num_layers=2", "model.num_heads=4", "data.test_size=256", "test=false")
