@@ -1,6 +1,7 @@
 """Reading checkpoints safely (tensors and plain Python values only, never code), without Lightning.
 
     model = load_model("saved_models/reverse/<run>/checkpoints/best.ckpt")   # a plain nn.Module, eval mode
+    model = load_model("pretrained:reverse")   # shipped in the package: python -m transformer_lab.pretrained
 
 A checkpoint holds the model's config (`hyper_parameters["net"]`) and weights (`state_dict`, under
 `net.`), and a record of its task (`task`: its class and how its text is written, with Lightning's
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from transformer_lab import pretrained
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.nn import ModelConfig, TokenModel, build_model
 
@@ -19,9 +21,16 @@ RETRAIN = "retrain it with this version: python train.py task=<its task> <its se
 
 
 def read_checkpoint(path: str | Path) -> dict:
-    """torch.load(path, weights_only=True) with a one-line ConfigError for every way a file can be bad."""
+    """torch.load(path, weights_only=True) with a one-line ConfigError for every way a file can be bad.
+    `pretrained:<name>` reads the model of that name shipped in `transformer_lab.pretrained`."""
+    if pretrained.is_pretrained(path):
+        path = pretrained.resolve(path)  # an unknown name is a one-line error listing the valid ones
     path = Path(path)
-    require(path.is_file(), f"checkpoint {path} does not exist; pass e.g. <run>/checkpoints/best.ckpt")
+    require(
+        path.is_file(),
+        f"checkpoint {path} does not exist; pass e.g. <run>/checkpoints/best.ckpt or pretrained:<name> "
+        f"({pretrained.LIST_COMMAND} lists them)",
+    )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch.load raises many types for a bad file; all mean "not loadable"

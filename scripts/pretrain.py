@@ -1,0 +1,205 @@
+"""Retrain the ready-made models shipped in src/transformer_lab/pretrained/ (all of them, or those named).
+
+    python scripts/pretrain.py                       # every model of models.json, one after the other
+    python scripts/pretrain.py reverse sort          # only these
+    python scripts/pretrain.py reverse --from-run saved_models/reverse/<run>   # package a finished run
+
+For each model: `python -m transformer_lab.train <its overrides> trainer.accelerator=cpu` (train.py, in a
+subprocess, in a temporary run directory or under --log-dir), then its best.ckpt is stripped to the
+weights, hyperparameters and task record, its test metrics are measured on the stripped file with
+`transformer_lab.pretrained.evaluate` (the same function the tests use) and compared with what train.py
+printed, and the file and its record in models.json are replaced atomically. A model's overrides,
+description and headline metrics are read from models.json: to add a model, add its entry there and run
+this script with its name.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from transformer_lab import pretrained
+from transformer_lab.errors import ConfigError, require
+
+# Settings of the run that are not the model's: where it writes, and the device (the shipped models are
+# trained on the CPU, so the same command gives the same model on any machine).
+RUN_ONLY_KEYS = ("paths.", "hydra.", "trainer.accelerator=", "trainer=")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "names", nargs="*", metavar="name", help=f"models to retrain (default: all of {pretrained.names()})"
+    )
+    parser.add_argument("--log-dir", help="keep the training runs here (default: a temporary directory)")
+    parser.add_argument(
+        "--from-run",
+        help="package this finished train.py run directory instead of training (one name only; the run's "
+        "overrides must be the model's)",
+    )
+    args = parser.parse_args(argv)
+    for name in args.names:
+        pretrained.record(name)  # an unknown name is a one-line error
+    if args.from_run is not None:
+        require(
+            len(args.names) == 1,
+            "--from-run packages one run: name its model, e.g. reverse --from-run saved_models/reverse/<run>",
+        )
+    args.names = args.names or pretrained.names()
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    import torch  # noqa: F401  (after the arguments: --help and argument errors answer at once)
+
+    started = time.perf_counter()
+    for number, name in enumerate(args.names, 1):
+        print(f"[{number}/{len(args.names)}] {name}: {pretrained.command(name)}", flush=True)
+        model_start = time.perf_counter()
+        if args.from_run is not None:
+            run_dir = Path(args.from_run)
+            check_run(name, run_dir)
+            package(name, run_dir)
+        elif args.log_dir is not None:
+            package(name, train(name, Path(args.log_dir)))
+        else:
+            with tempfile.TemporaryDirectory(prefix=f"pretrain-{name}-") as tmp:
+                package(name, train(name, Path(tmp)))
+        print(
+            f"[{number}/{len(args.names)}] {name}: done in {time.perf_counter() - model_start:.0f} s",
+            flush=True,
+        )
+    print(f"Retrained {', '.join(args.names)} in {time.perf_counter() - started:.0f} s; list: "
+          f"{pretrained.LIST_COMMAND}")  # fmt: skip
+
+
+def train(name: str, log_dir: Path) -> Path:
+    """Run train.py for model `name` (its output on this screen: the step, the metrics); its run directory."""
+    run_dir = log_dir / name / time.strftime("%Y-%m-%d_%H-%M-%S")
+    overrides = pretrained.record(name)["overrides"]
+    command = [
+        sys.executable, "-m", "transformer_lab.train", *overrides, "trainer.accelerator=cpu",
+        f"paths.log_dir={log_dir.absolute()}", f"hydra.run.dir={run_dir.absolute()}",
+    ]  # fmt: skip
+    cwd = pretrained.CHECKOUT if (pretrained.CHECKOUT / "data").is_dir() else Path.cwd()
+    result = subprocess.run(command, cwd=cwd)
+    require(
+        result.returncode == 0, f"training {name} failed (exit code {result.returncode}): {' '.join(command)}"
+    )
+    return run_dir
+
+
+def check_run(name: str, run_dir: Path) -> None:
+    """A run given with --from-run must be finished and trained with the model's overrides."""
+    from omegaconf import OmegaConf
+
+    overrides_file = run_dir / ".hydra" / "overrides.yaml"
+    require(
+        (run_dir / "metrics.json").is_file() and overrides_file.is_file(),
+        f"--from-run {run_dir} is not a finished train.py run (no metrics.json or .hydra/overrides.yaml)",
+    )
+    used = [str(o) for o in OmegaConf.load(overrides_file) if not str(o).startswith(RUN_ONLY_KEYS)]
+    wanted = pretrained.record(name)["overrides"]
+    require(
+        sorted(used) == sorted(wanted),
+        f"--from-run {run_dir} was trained with {used or 'no overrides'}, but {name} is trained with "
+        f"{wanted or 'no overrides'}; train it with: {pretrained.command(name)}",
+    )
+
+
+def package(name: str, run_dir: Path) -> None:
+    """Strip the run's best.ckpt into the package, measure it, and record it in models.json."""
+    import lightning
+    import torch
+    from omegaconf import OmegaConf
+
+    from transformer_lab.checkpoints import load_model
+
+    run_metrics = json.loads((run_dir / "metrics.json").read_text())
+    best = run_dir / "checkpoints" / "best.ckpt"
+    require(best.is_file(), f"{run_dir} has no checkpoints/best.ckpt")
+    entry = pretrained.record(name)
+    stripped = pretrained.strip_checkpoint(torch.load(best, map_location="cpu", weights_only=True))
+    target = pretrained.DIRECTORY / entry["file"]
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        torch.save(stripped, tmp)
+        print(f"  measuring {target.name} ({tmp.stat().st_size / 1e6:.2f} MB) on the test split", flush=True)
+        metrics = pretrained.evaluate(str(tmp))
+        model = load_model(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    printed = {k: v for k, v in run_metrics.items() if k.startswith("test/")}
+    differences = {k: abs(metrics[k] - v) for k, v in printed.items() if k in metrics}
+    for key, value in metrics.items():
+        print(f"  {key:<14} {value:.6f}   (train.py printed {printed.get(key, float('nan')):.6f})")
+    if max(differences.values(), default=0.0) > 1e-4:
+        print(f"  warning: the shipped file's metrics differ from the run's by up to "
+              f"{max(differences.values()):.2e}", flush=True)  # fmt: skip
+    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    net = model.config
+    entry.update(
+        architecture=net.arch,
+        layers=net.num_layers,
+        heads=net.num_heads,
+        model_dim=net.model_dim,
+        parameters=sum(p.numel() for p in model.parameters()),
+        test_metrics=metrics,
+        train_test_metrics=printed,
+        evaluated_on=describe_test_split(stripped["datamodule_hyper_parameters"]),
+        seed=config.get("seed"),
+        global_step=run_metrics.get("global_step"),
+        train_wall_time_s=run_metrics.get("wall_time_s"),
+        device=run_metrics.get("device"),
+        date=time.strftime("%Y-%m-%d"),
+        torch=torch.__version__,
+        lightning=lightning.__version__,
+        size_bytes=target.stat().st_size,
+        sha256=sha256(target),
+    )
+    write_record(name, entry)
+
+
+def describe_test_split(data: dict) -> str:
+    """What the test metrics were measured on, from the task's hyperparameters."""
+    if "test_size" in data:
+        return f"the whole test split: {data['test_size']} sequences (data seed {data.get('seed')})"
+    if "val_batches" in data:
+        return (
+            f"the whole test split: {data['val_batches']} batches of {data['batch_size']} windows of "
+            f"{data['block_size']} characters, at fixed places in the last {1 - data['train_fraction']:.0%} "
+            f"of the text (data seed {data.get('seed')})"
+        )
+    return "the whole test split"
+
+
+def sha256(file: Path) -> str:
+    import hashlib
+
+    with open(file, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_record(name: str, entry: dict) -> None:
+    """Replace one record of models.json (atomically: a reader never sees half a file)."""
+    records = pretrained.records()
+    records[name] = entry
+    tmp = pretrained.RECORDS.with_name(f".{pretrained.RECORDS.name}.tmp")
+    tmp.write_text(json.dumps(records, indent=2) + "\n")
+    os.replace(tmp, pretrained.RECORDS)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
