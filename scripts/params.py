@@ -13,7 +13,6 @@ sinusoidal positional encoding is a fixed table, not a parameter.
 from collections import defaultdict
 
 from transformer_lab.cli import run
-from transformer_lab.errors import ConfigError
 
 KEYS_HELP = "train.py overrides, e.g. model.model_dim=100 model.num_heads=4 task=sort"
 
@@ -107,26 +106,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help=KEYS_HELP)
     overrides = parser.parse_args(sys.argv[1:] if argv is None else argv).overrides
-    for token in overrides:
-        if "=" not in token:
-            raise ConfigError(f"argument {token!r} is not key=value; e.g. model.model_dim=100")
+    from transformer_lab.compose import compose_config, task_and_model
 
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from transformer_lab.predictor import build_predictor
-    from transformer_lab.train import CONFIG_MODULE, user_error
-
-    try:
-        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-            cfg = compose("train", overrides=overrides)
-        task = instantiate(cfg.data)
-    except HydraException as exc:
-        message = " ".join(str(exc).split("Config search path")[0].split())  # one line
-        raise user_error(exc) or ConfigError(message) from exc
-    model = build_predictor(OmegaConf.to_container(cfg.model, resolve=True), task).net  # as train.py
+    cfg = compose_config(overrides)
+    _, model = task_and_model(cfg, seed=False)
     config = model.config
     title = (
         f"{type(model).__name__} for task={cfg.task_name}: d={config.model_dim}, heads={config.num_heads}, "
