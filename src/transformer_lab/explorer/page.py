@@ -1,0 +1,114 @@
+"""The one self-contained HTML page: page.html with explorer.css, explorer.js and the data inlined.
+
+Nothing on the page comes from the network: the styles, the script and the numbers (as JSON, with the
+matrices packed by `pack.py`) are all in the file, so it opens from disk, offline, in any current
+browser, and can be mailed. `ExplorerPage` is that HTML as a `str` that Jupyter shows inline.
+"""
+
+import html
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+
+from transformer_lab.explorer.collect import ExplorerData
+from transformer_lab.explorer.pack import pack, pack_within
+
+MARKER = re.compile(r"<!--explorer:(title|css|js|data)-->")
+FORMAT_VERSION = 1
+# Characters for the attention maps: with the rest of the page (about 0.3 MB for 256 tokens) the file
+# stays under 5 MB; maps that do not fit at 255 levels per row are stored with fewer (pack.pack_within).
+ATTENTION_BUDGET = 4_200_000
+
+
+class ExplorerPage(str):
+    """The explorer's HTML. In Jupyter (or VS Code, JupyterLab) it displays inline, in an iframe whose
+    `srcdoc` is the page, so the page's own CSS and JavaScript run isolated from the notebook's."""
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe srcdoc="{html.escape(str(self), quote=True)}" '
+            'style="width: 100%; height: 760px; border: 1px solid #ddd; border-radius: 4px" '
+            'title="attention explorer"></iframe>'
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write the page to `path` (see `write_page`)."""
+        return write_page(self, path)
+
+
+def payload(data: ExplorerData, title: str, budget: int = ATTENTION_BUDGET) -> dict:
+    """The page's JSON: everything `explorer.js` reads (see the keys it uses there). The attention maps
+    take at most `budget` characters (see `pack.pack_within`)."""
+    maps = pack_within([kind.maps for kind in data.kinds], budget)
+    kinds = [
+        {key: value for key, value in asdict(kind).items() if key != "maps"} | {"maps": packed}
+        for kind, packed in zip(data.kinds, maps, strict=True)
+    ]
+    overlays = [
+        {"name": o.name, "title": o.title, "vmax": o.vmax, "matrix": pack(o.matrix)} for o in data.overlays
+    ]
+    return {
+        "version": FORMAT_VERSION,
+        "title": title,
+        "arch": data.arch,
+        "summary": data.summary,
+        "notes": data.notes,
+        "kinds": kinds,
+        "overlays": {
+            "kind": data.overlay_kind,
+            "rows": data.overlay_rows,
+            "cols": data.overlay_cols,
+            "items": overlays,
+        },
+        "predictions": {"kind": data.prediction_kind, "rows": [asdict(p) for p in data.predictions]},
+        "ablation": asdict(data.ablation) if data.ablation is not None else None,
+    }
+
+
+def _asset(name: str) -> str:
+    return resources.files("transformer_lab.explorer").joinpath(name).read_text(encoding="utf-8")
+
+
+def _script_safe_json(value: dict) -> str:
+    """JSON that cannot end the <script> element it sits in: <, > and & only ever occur inside JSON
+    strings, where \\u escapes mean the same characters."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render(data: ExplorerData, title: str) -> ExplorerPage:
+    """page.html with its four markers replaced in one pass: the title, the CSS, the JavaScript and the
+    data. Each marker must occur exactly once in the template."""
+    template, script = _asset("page.html"), _asset("explorer.js")
+    if "</script" in script.lower():
+        raise ValueError("explorer.js must not contain '</script' (it would end the inline script)")
+    parts = {
+        "title": html.escape(title),
+        "css": _asset("explorer.css"),
+        "js": script,
+        "data": _script_safe_json(payload(data, title)),
+    }
+    found = MARKER.findall(template)
+    if sorted(found) != sorted(parts):
+        raise ValueError(f"page.html must hold each explorer marker once, found {found}")
+    return ExplorerPage(MARKER.sub(lambda m: parts[m.group(1)], template))
+
+
+def write_page(page: str, path: str | Path) -> Path:
+    """Write the page to `path` all at once: to a temporary file in the same directory, then renamed
+    over `path` (os.replace), so an interrupted or failed write never leaves a partial page behind."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
