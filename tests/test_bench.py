@@ -28,6 +28,14 @@ FIGURES = (
     "encdec_tokens_per_s_cache",
     "encdec_cache_speedup",
     "sort_seconds",
+    "end_to_end_over_loop",
+    "end_to_end_fit_tokens_per_s",
+    "end_to_end_step_tokens_per_s",
+    "end_to_end_fit_seconds",
+    "end_to_end_step_seconds",
+    "end_to_end_validation_seconds",
+    "end_to_end_startup_seconds",
+    "end_to_end_after_fit_seconds",
 )
 
 DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule
@@ -52,8 +60,40 @@ def test_quick_benchmark_produces_every_figure(tmp_path):
         first, third = figures[f"{key}_quartiles"]  # the middle half of the rounds brackets the median
         assert 0 < first <= figures[key] <= third, key
     assert "| Lightning / bare loop |" in result.stdout
-    for phase in ("training", "generation", "reverse", "encoder_decoder"):
+    for phase in ("training", "generation", "reverse", "encoder_decoder", "end_to_end"):
         assert f"[bench] {phase}" in result.stderr
+    # the whole run: 30 steps of 12 x 64 tokens, validating every 10; the fit holds its training steps
+    assert 0 < figures["end_to_end_over_loop"] <= 1 and figures["end_to_end_train_tokens"] == 30 * 12 * 64
+    assert figures["end_to_end_validations"] == 3
+    assert (
+        figures["end_to_end_step_seconds"] + figures["end_to_end_validation_seconds"]
+        <= (figures["end_to_end_fit_seconds"])
+    )
+    assert "AttentionMapCallback.on_validation_epoch_end" in figures["end_to_end_callback_seconds"]
+    assert "| whole run: fit tokens/s over training-step tokens/s |" in result.stdout
+
+
+def test_fit_timer_measures_the_fit_from_inside(tmp_path):
+    path = tmp_path / "timing.json"
+    overrides = [
+        "+callbacks.fit_timer._target_=transformer_lab.callbacks.FitTimer",
+        f"+callbacks.fit_timer.path={path}",
+    ]
+    cfg = compose_train_config(tmp_path, *overrides, "trainer.max_epochs=2", "test=false")
+    metrics = train(cfg)
+    timing = json.loads(path.read_text())
+    # 2 epochs of 256 / 32 = 8 batches of 32 sequences; the fit holds the steps and the two validations
+    assert timing["train_steps"] == metrics["global_step"] == 16 and timing["validations"] == 2
+    assert timing["train_tokens"] == 16 * 32 * cfg.data.seq_len
+    assert 0 < timing["train_step_seconds"] < timing["fit_seconds"]
+    assert timing["train_step_seconds"] + timing["validation_seconds"] <= timing["fit_seconds"]
+    assert timing["fit_start_time"] < timing["fit_end_time"]
+    hooks = timing["callback_seconds"]
+    assert (
+        "AttentionMapCallback.on_validation_epoch_end" in hooks
+        and "BestCheckpoint.on_validation_end" in hooks
+    )
+    assert all(seconds >= 0 for seconds in hooks.values())
 
 
 def test_help_and_bad_phase():

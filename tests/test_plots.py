@@ -36,7 +36,8 @@ def test_token_labels_show_whitespace():
 
 
 def test_attention_grid_layers_by_heads_with_position_and_token_ticks(tmp_path):
-    maps = [torch.rand(2, 3, 5, 5).softmax(-1) for _ in range(2)]  # 2 layers, 3 heads
+    torch.manual_seed(0)
+    maps = [torch.rand(2, 3, 5, 5).mul(8).softmax(-1) for _ in range(2)]  # 2 layers, 3 heads
     maps[0] = maps[0] * 0.3  # a diffuse layer: its own colour scale keeps its structure
     tokens = ["a", "\n", " ", "b", "c"]
     fig = plots.attention_grid(maps, tokens, index=1, title="grid")
@@ -47,8 +48,11 @@ def test_attention_grid_layers_by_heads_with_position_and_token_ticks(tmp_path):
     assert _tick_labels(panels[3], "y") == ["0 a", "1 ⏎", "2 ␣", "3 b", "4 c"]  # first column
     assert _tick_labels(panels[4], "y") == [""] * 5
     torch.testing.assert_close(torch.as_tensor(panels[5].images[0].get_array()), maps[1][1, 2])
-    for layer, panel in ((0, panels[0]), (1, panels[3])):
-        assert panel.images[0].get_clim() == pytest.approx((0, float(maps[layer][1].max())))
+    for layer, panel in ((0, panels[0]), (1, panels[3])):  # each layer: 0 to its 99th percentile
+        assert panel.images[0].get_clim() == pytest.approx((0, float(maps[layer][1].quantile(0.99))))
+    assert plots.layer_scales([maps[0][1]])[0] < 0.3 < plots.layer_scales([maps[1][1]])[0]
+    causal = torch.ones(8, 8).tril() / torch.arange(1, 9)[:, None]  # row 0: weight 1 on key 0
+    assert plots.layer_scales([causal])[0] < 1  # the forced first rows saturate, not set the scale
     assert "layer 1" in colorbars[0].get_ylabel() and "layer 2" in colorbars[1].get_ylabel()
     assert _png_size(fig, tmp_path / "grid.png") > 5_000
     one_example = plots.attention_grid([m[0] for m in maps], tokens)  # [H, T, T] per layer works too

@@ -64,10 +64,17 @@ def _to_cpu(t: Tensor) -> Tensor:
     return t.detach().float().cpu()
 
 
-def layer_scales(maps: list[Tensor]) -> list[float]:
-    """Each layer's colour scale, 0 to its largest weight over the heads shown: a diffuse layer (weights
-    around 1/T) keeps its structure instead of fading into a shared 0-to-1 scale."""
-    return [max(float(m.max()), 1e-6) for m in maps]
+def layer_scales(maps: list[Tensor], quantile: float = 0.99) -> list[float]:
+    """Each layer's colour scale, 0 to the `quantile` of its non-zero weights over the heads shown: a
+    diffuse layer (weights around 1/T) keeps its structure instead of fading into a shared 0-to-1 scale,
+    and the few weights a causal map's first rows must give (row 0 puts all of it on key 0) saturate
+    instead of setting the scale."""
+    scales = []
+    for m in maps:
+        values = m[m > 0].flatten().float()
+        cap = float(torch.quantile(values, quantile)) if values.numel() else 0.0
+        scales.append(max(cap, 1e-6))
+    return scales
 
 
 def colour_cap(matrix: Tensor, quantile: float = 0.95, exclude_diagonal: bool = True) -> float:
@@ -98,7 +105,8 @@ def attention_grid(
     maps: list over layers of [B, H, Tq, Tk] (as from `explain.attention_maps`) or [H, Tq, Tk]; `index`
     picks the example of the batch. `tokens` label the keys, `row_tokens` the queries (default: the
     same; cross-attention's queries are other tokens); each tick reads `position token`. Each layer has
-    its own colour scale, 0 to its largest weight (`layer_scales`), with its own colour bar.
+    its own colour scale, 0 to the 99th percentile of its weights (`layer_scales`; the largest 1%
+    saturate, as the arrow on its colour bar says), with its own colour bar.
     """
     maps = [_to_cpu(m[index] if m.ndim == 4 else m) for m in maps]
     num_layers, num_heads = len(maps), maps[0].size(0)
@@ -111,7 +119,10 @@ def attention_grid(
             image = ax.imshow(maps[layer][head], vmin=0, vmax=vmax, cmap="viridis", interpolation="nearest")
             ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
             _label_axes(ax, tokens, row_tokens, panel, x=layer == num_layers - 1, y=head == 0)
-        bar = fig.colorbar(image, ax=row, shrink=0.9, pad=0.01, aspect=15)
+        clipped = any(float(m.max()) > vmax for m in maps[layer])
+        bar = fig.colorbar(
+            image, ax=row, shrink=0.9, pad=0.01, aspect=15, extend="max" if clipped else "neither"
+        )
         bar.set_label(f"layer {layer + 1}: attention weight", fontsize=8)
         bar.ax.tick_params(labelsize=7)
     for ax in axes[-1]:
@@ -214,7 +225,7 @@ def attention_grid_image(
     x_label_h = max(int(font.getlength(t)) for t in x_text) + 6
     pad, title_h, head_h, bar_w = 10, 22 if title else 4, 18, 62
     panel_w, panel_h = t_k * cell, t_q * cell
-    caption = "rows: query, columns: key (position token); colours: each layer from 0 to its largest weight"
+    caption = "rows: query, columns: key (position token); colours: each layer 0 to its 99th percentile"
     grid_w = pad + label_w + num_heads * (panel_w + pad) + bar_w + pad
     width = max(grid_w, int(small.getlength(caption)) + 2 * pad, int(font.getlength(title or "")) + 2 * pad)
     height = title_h + num_layers * (head_h + panel_h + pad) + x_label_h + 14
@@ -247,8 +258,13 @@ def attention_grid_image(
         bar_left = pad + label_w + num_heads * (panel_w + pad)  # this layer's colour bar
         ramp = np.linspace(vmax, 0, panel_h)[:, None].repeat(10, 1)
         canvas.paste(Image.fromarray(_colours(ramp, vmax)), (bar_left, top))
-        for value, y in ((vmax, top), (vmax / 2, top + panel_h // 2), (0.0, top + panel_h - 1)):
-            draw.text((bar_left + 13, y), f"{value:.2f}", fill="black", font=small, anchor="lm")
+        clipped = float(layer_maps.max()) > vmax  # the largest weights saturate: the top label says so
+        for text, y in (
+            (f"{'≥' if clipped else ''}{vmax:.2f}", top + 5),
+            (f"{vmax / 2:.2f}", top + panel_h // 2),
+            ("0.00", top + panel_h - 5),
+        ):
+            draw.text((bar_left + 13, y), text, fill="black", font=small, anchor="lm")
     strip = Image.new("L", (x_label_h, panel_w), 0)  # the key ticks, written sideways, then turned upright
     strip_draw = ImageDraw.Draw(strip)
     for j in range(0, t_k, step):
