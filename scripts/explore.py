@@ -173,7 +173,7 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
         task = str(task_record(checkpoint, path)["class"]).rsplit(".", 1)[-1].removesuffix("DataModule")
     except ConfigError:
         task = "its task"
-    title = f"{model.config.arch.replace('_', '-')} model on {task}, {what}"
+    title = f"{task}, {model.config.arch.replace('_', '-')} model: {what}"
     with as_config_error():
         page = explore(model, tokens, labels, title=title)
     try:

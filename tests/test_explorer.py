@@ -17,7 +17,8 @@ from transformer_lab import explain
 from transformer_lab.cli import run
 from transformer_lab.data import ReverseDataModule
 from transformer_lab.data.seq2seq import BOS, EOS, PAD
-from transformer_lab.explorer import ExplorerPage, explore, explorer_data, write_page
+from transformer_lab.explorer import ExplorerPage, explore, explorer_data, render, write_page
+from transformer_lab.explorer.collect import Ablation, AttentionKind, ExplorerData, Overlay, Prediction
 from transformer_lab.explorer.pack import pack, pack_within, packed_size, unpack
 from transformer_lab.nn import EncoderDecoder, ModelConfig
 
@@ -37,6 +38,39 @@ def encoder_decoder(**overrides: object) -> EncoderDecoder:
         max_len=10,
     )  # fmt: skip
     return EncoderDecoder(ModelConfig(**(settings | overrides))).eval()
+
+
+def synthetic_data(layers: int = 8, heads: int = 8, tokens: int = 256, seed: int = 0) -> ExplorerData:
+    """Explorer data of the issue's large case without running a model: every attention row a softmax
+    of Gaussian scores (about as incompressible as an untrained model's near-uniform rows)."""
+    rng = np.random.default_rng(seed)
+
+    def rows(*shape: int) -> np.ndarray:
+        scores = rng.standard_normal(shape).astype(np.float32)
+        weights = np.exp(scores)
+        return weights / weights.sum(-1, keepdims=True)
+
+    names = [f"t{i % 50}" for i in range(tokens)]
+    kind = AttentionKind(
+        "self", "Self-attention", names, names, "query", "key", rows(layers, heads, tokens, tokens)
+    )
+    top = [(names[1], 0.5), (names[2], 0.3), (names[3], 0.1)]
+    return ExplorerData(
+        arch="encoder",
+        summary={"arch": "encoder", "join": " ", "layers": layers, "heads": heads, "model_dim": 128,
+                 "parameters": 1, "input": names, "output": names, "causal": False},
+        kinds=[kind],
+        overlay_kind="self",
+        overlay_rows=names,
+        overlay_cols=names,
+        overlays=[Overlay(name, name, rows(tokens, tokens)) for name in ("rollout", "relevance")],
+        predictions=[Prediction(t, names[t], top, names[1], True) for t in range(tokens)],
+        prediction_kind="self",
+        ablation=Ablation(
+            [f"blocks.{i}.attn" for i in range(layers)], [f"L{i}" for i in range(layers)], ["self"] * layers,
+            list(range(layers)), -0.5, rng.standard_normal((layers, heads)).tolist(), tokens,
+        ),
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ the numbers
@@ -141,6 +175,16 @@ def test_bad_inputs_raise_value_errors():
         explorer_data(model, [1, 2, 3], [1, 2])
     with pytest.raises(ValueError, match="empty"):
         explorer_data(model, [])
+
+
+def test_eight_layers_of_eight_heads_over_256_tokens_stay_under_5_mb():
+    """The issue's large case, at its least compressible: the maps are thinned to fit, nothing else."""
+    page = render(synthetic_data(), "large")
+    assert len(page.encode()) < 5_000_000
+    data = page_data(page)
+    assert data["kinds"][0]["maps"]["levels"] < 255  # thinned to fit
+    assert data["overlays"]["items"][0]["matrix"]["levels"] == 255  # small enough as they are
+    assert unpack(data["kinds"][0]["maps"]).shape == (8, 8, 256, 256)
 
 
 # ---------------------------------------------------------------------------------------- packing

@@ -220,9 +220,13 @@ def _ablation(
 
 
 def _summary(model: TokenModel, **more: object) -> dict:
+    """The model's sizes, and how to write its tokens as text: one after the other for a character
+    vocabulary (one with a space in it), apart otherwise."""
     config = model.config
+    characters = " " in model.vocab and all(len(token) == 1 for token in model.vocab)
     return {
         "arch": config.arch,
+        "join": "" if characters else " ",
         "layers": config.num_layers,
         "heads": config.num_heads,
         "model_dim": config.model_dim,

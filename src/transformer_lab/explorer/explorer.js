@@ -307,12 +307,14 @@
     const s = DATA.summary;
     $("title").textContent = DATA.title;
     const arch = { encoder: "encoder", decoder: "decoder-only (GPT-style)", encoder_decoder: "encoder-decoder" }[DATA.arch];
+    const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
     $("summary").textContent =
-      `${arch} model · ${s.layers} layers × ${s.heads} heads · d_model ${s.model_dim} · ` +
-      `${s.parameters.toLocaleString("en")} parameters · ${s.input.length} input tokens. ` + DATA.notes.join(" ") +
+      `${arch} model · ${plural(s.layers, "layer")} × ${plural(s.heads, "head")} · d_model ${s.model_dim} · ` +
+      `${s.parameters.toLocaleString("en")} parameters · ${plural(s.input.length, "input token")}. ` + DATA.notes.join(" ") +
       (kinds[0].stack.levels < 255 ? ` Attention weights are stored to 1/${kinds[0].stack.levels} of each row's largest (thinned to keep the file small).` : "");
     const io = $("io");
-    const sep = (tokens) => tokens.map(shown).join(tokens.every((t) => t.length === 1) ? "" : " ");
+    // characters as the text they are (newlines and tabs made visible), other tokens apart
+    const sep = (tokens) => tokens.map((t) => (s.join === "" && t !== " " ? shown(t) : t)).join(s.join);
     io.replaceChildren(el("b", { text: "input  " }), sep(s.input), el("br"), el("b", { text: "output " }), sep(s.output));
   }
 
