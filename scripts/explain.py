@@ -12,20 +12,18 @@ cross_attention.png, rollout.png, gradient_attention.png, explaining the output 
 prints, for every output position, the input position it relies on most.
 """
 
+from __future__ import annotations
+
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from transformer_lab import explain, plots
-from transformer_lab.checkpoints import (
-    model_from_checkpoint,
-    read_checkpoint,
-    task_from_checkpoint,
-    tokenizer_from_checkpoint,
-)
 from transformer_lab.cli import parse_key_values, pick_device, run
 from transformer_lab.errors import as_config_error, require
-from transformer_lab.nn import EncoderDecoder, TokenModel
+
+if TYPE_CHECKING:  # torch, matplotlib and the model load after the arguments are parsed (fast --help)
+    import torch
+
+    from transformer_lab.nn import EncoderDecoder, TokenModel
 
 KEYS = {
     "ckpt_path": "checkpoint to explain (required), e.g. <run>/checkpoints/best.ckpt",
@@ -45,6 +43,8 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
 
 def model_input(checkpoint: dict, model: TokenModel, args: dict[str, str]) -> torch.Tensor:
     """Token ids [1, T]: the user's `text=`, or test example `index=` of the checkpoint's task."""
+    from transformer_lab.checkpoints import task_from_checkpoint, tokenizer_from_checkpoint
+
     path = args["ckpt_path"]
     if "text" in args:
         text = args["text"]
@@ -66,6 +66,8 @@ def most_relevant_table(
     rollout: torch.Tensor, relevance: torch.Tensor, tokens: list[str], predicted: list[str], causal: bool
 ) -> str:
     """For every output position: the input position (other than itself) each method finds most relevant."""
+    from transformer_lab import explain
+
     by_rollout = explain.most_relevant(rollout, causal=causal).tolist()
     by_gradient = explain.most_relevant(relevance, causal=causal).tolist()
     what = "next-token prediction" if causal else "prediction"
@@ -82,12 +84,18 @@ def most_relevant_table(
 
 
 def off_diagonal_max(matrix: torch.Tensor) -> float:
-    """Colour-scale cap: the diagonal (each token relying on itself, via the residual path) saturates."""
-    eye = torch.eye(matrix.size(-1), dtype=torch.bool, device=matrix.device)
-    return float(matrix.masked_fill(eye, 0).max())
+    """Colour-scale cap: a high quantile of the off-diagonal values (`plots.colour_cap`), so the diagonal
+    (each token relying on itself, via the residual path) and single outlying cells saturate."""
+    from transformer_lab import plots
+
+    return plots.colour_cap(matrix)
 
 
 def explain_checkpoint(args: dict[str, str]) -> None:
+    """Load the checkpoint, pick the input, and write the figures of its architecture."""
+    from transformer_lab.checkpoints import model_from_checkpoint, read_checkpoint
+    from transformer_lab.nn import EncoderDecoder
+
     checkpoint = read_checkpoint(args["ckpt_path"])
     model = model_from_checkpoint(checkpoint, args["ckpt_path"], pick_device(args.get("device", "auto")))
     x = model_input(checkpoint, model, args).to(next(model.parameters()).device)
@@ -101,6 +109,10 @@ def explain_checkpoint(args: dict[str, str]) -> None:
 
 def explain_encoder_decoder(model: EncoderDecoder, source: torch.Tensor, out_dir: Path) -> None:
     """The output the model generates for `source`, and how each output token reads the source."""
+    import torch
+
+    from transformer_lab import explain, plots
+
     with as_config_error():
         output = model.generate(source)
     target = torch.cat([torch.full_like(output[:, :1], model.bos_id), output[:, :-1]], dim=1)
@@ -156,6 +168,10 @@ def explain_encoder_decoder(model: EncoderDecoder, source: torch.Tensor, out_dir
 
 def explain_stack(model: TokenModel, x: torch.Tensor, out_dir: Path) -> None:
     """Self-attention of an encoder or a decoder-only model on `x`, and what each output relies on."""
+    import torch
+
+    from transformer_lab import explain, plots
+
     causal = model.causal
     with torch.no_grad():
         maps = explain.attention_maps(model, x)

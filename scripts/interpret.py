@@ -15,25 +15,23 @@ can take your `text=` instead), prints its table, and writes a figure and the nu
     faithfulness  faithfulness.png, .json       deletion curves and their areas per explanation method
 """
 
+from __future__ import annotations
+
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from transformer_lab import faithfulness, interventions, lens, plots
-from transformer_lab.checkpoints import (
-    model_from_checkpoint,
-    read_checkpoint,
-    task_from_checkpoint,
-    tokenizer_from_checkpoint,
-)
 from transformer_lab.cli import parse_key_values, pick_device, run, to_number
-from transformer_lab.data.task import IGNORE_INDEX
 from transformer_lab.errors import as_config_error, require
-from transformer_lab.nn import DecoderLM, TokenModel
+
+if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
+    import torch
+
+    from transformer_lab.nn import TokenModel
 
 ANALYSES = ("heads", "patching", "lens", "faithfulness")
+METHODS = ("zero", "mean")  # transformer_lab.interventions.ABLATIONS, without importing torch to check it
 DEFAULT_EXAMPLES = {"heads": 512, "patching": 64, "lens": 512, "faithfulness": 16}
 KEYS = {
     "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
@@ -54,7 +52,7 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
     analysis = args.get("analysis")
     require(analysis in ANALYSES, f"analysis={analysis} is unknown; use analysis={' | '.join(ANALYSES)}")
     require(
-        args.get("method", "zero") in interventions.ABLATIONS,
+        args.get("method", "zero") in METHODS,
         f"method={args.get('method')} is unknown; use zero or mean",
     )
     for key, only in (("method", "heads"), ("heads", "heads"), ("position", "patching")):
@@ -79,6 +77,12 @@ def parse_heads(text: str) -> list[tuple[int, int]]:
 
 def text_examples(checkpoint: dict, model: TokenModel, path: str, text: str) -> tuple[tuple, torch.Tensor]:
     """A language model's own text as one example: tokens, and the next token as each position's label."""
+    import torch
+
+    from transformer_lab.checkpoints import tokenizer_from_checkpoint
+    from transformer_lab.data.task import IGNORE_INDEX
+    from transformer_lab.nn import DecoderLM
+
     require(
         isinstance(model, DecoderLM) and model.pad_id is None,
         "text= is for language models; this checkpoint's task supplies its examples: use num_examples=",
@@ -98,6 +102,8 @@ def write(out_dir: Path, name: str, numbers: dict, figure) -> None:
 
 
 def analyse_heads(model, inputs, labels, args, out_dir: Path) -> None:
+    from transformer_lab import interventions, plots
+
     method = args.get("method", "zero")
     heads = parse_heads(args["heads"]) if "heads" in args else []
     with as_config_error():
@@ -116,6 +122,8 @@ def analyse_heads(model, inputs, labels, args, out_dir: Path) -> None:
 
 
 def analyse_patching(model, task, count: int, args, out_dir: Path) -> None:
+    from transformer_lab import interventions, plots
+
     position = to_number(args, "position", int, 0)
     clean, corrupted = task.corrupted_pairs(count, position=position)
     as_pair = [(tuple(batch[:-1]), batch[-1]) for batch in (clean, corrupted)]
@@ -143,6 +151,11 @@ def analyse_patching(model, task, count: int, args, out_dir: Path) -> None:
 
 
 def analyse_lens(model, inputs, labels, vocab: list[str], out_dir: Path) -> None:
+    import torch
+
+    from transformer_lab import lens, plots
+    from transformer_lab.data.task import IGNORE_INDEX
+
     result = lens.lens_accuracy(model, inputs, labels)
     names = ["embedding"] + [f"after block {i}" for i in range(len(result.layers) - 1)]
     print("Accuracy of the prediction read from the residual stream (logit lens):")
@@ -171,6 +184,8 @@ def analyse_lens(model, inputs, labels, vocab: list[str], out_dir: Path) -> None
 
 
 def analyse_faithfulness(model, inputs, labels, out_dir: Path) -> None:
+    from transformer_lab import faithfulness, plots
+
     with as_config_error():
         result = faithfulness.deletion_curves(model, inputs, labels)
     print(result.table())
@@ -184,6 +199,8 @@ def analyse_faithfulness(model, inputs, labels, out_dir: Path) -> None:
 
 
 def interpret(args: dict[str, str]) -> None:
+    from transformer_lab.checkpoints import model_from_checkpoint, read_checkpoint, task_from_checkpoint
+
     path, analysis = args["ckpt_path"], args["analysis"]
     count = to_number(args, "num_examples", int, DEFAULT_EXAMPLES[analysis])
     require(

@@ -9,26 +9,23 @@ lr_schedule composes the training config exactly as `python train.py <overrides>
 learning rate of every optimisation step from the real CosineWarmupScheduler: lr_schedule.png.
 """
 
+from __future__ import annotations
+
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hydra import compose, initialize_config_module
-from hydra.errors import HydraException
-from hydra.utils import instantiate
-from omegaconf import DictConfig
-
-from transformer_lab import plots
-from transformer_lab.cli import run
+from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.train import CONFIG_MODULE, user_error
+
+if TYPE_CHECKING:  # Hydra, torch and matplotlib load after the arguments are parsed (fast --help)
+    from omegaconf import DictConfig
 
 PE_KEYS = {"model_dim": 32, "positions": 64, "dims": 4}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="{positional_encoding,lr_schedule}"
     )
@@ -50,6 +47,7 @@ def split_out_dir(args: list[str]) -> tuple[Path, list[str]]:
 
 
 def positional_encoding(args: list[str], out_dir: Path) -> list[Path]:
+    """The sinusoidal encoding as a heatmap and as curves."""
     values = dict(PE_KEYS)
     for token in args:
         key, sep, value = token.partition("=")
@@ -64,6 +62,8 @@ def positional_encoding(args: list[str], out_dir: Path) -> list[Path]:
         values["dims"] <= values["model_dim"],
         f"dims={values['dims']} is more than model_dim={values['model_dim']}",
     )
+    from transformer_lab import plots
+
     heatmap = plots.positional_encoding_heatmap(values["model_dim"], values["positions"])
     curves = plots.positional_encoding_curves(values["model_dim"], values["positions"], values["dims"])
     return [
@@ -75,6 +75,8 @@ def positional_encoding(args: list[str], out_dir: Path) -> list[Path]:
 def training_steps(cfg: DictConfig) -> int:
     """model.max_iters, or the Trainer's count: batches per epoch x trainer.max_epochs, capped by
     trainer.max_steps (max_steps alone when max_epochs is null; Lightning's 1000 epochs when both are)."""
+    from hydra.utils import instantiate
+
     if cfg.model.get("max_iters"):
         return int(cfg.model.max_iters)
     max_steps = cfg.trainer.get("max_steps") or -1
@@ -88,6 +90,13 @@ def training_steps(cfg: DictConfig) -> int:
 
 
 def lr_schedule(overrides: list[str], out_dir: Path) -> list[Path]:
+    """The learning rate of every step of the config `python train.py <overrides>` composes."""
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+
+    from transformer_lab import plots
+    from transformer_lab.train import CONFIG_MODULE, user_error
+
     try:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose("train", overrides=overrides)

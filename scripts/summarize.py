@@ -3,11 +3,13 @@
     python scripts/summarize.py saved_models/multirun/<date>_<time>   # one sweep
     python scripts/summarize.py saved_models [--csv runs.csv]         # every run
 
-A run is a directory with `.hydra/config.yaml` (Hydra writes it). Columns: the overrides that differ
-between the runs (the swept hyperparameters), the final val/ and test/ metrics from metrics.json, the wall
+A run is a directory with `.hydra/config.yaml` (Hydra writes it). Columns: the settings that were
+overridden in any of the runs and whose values differ between them (the swept hyperparameters), each
+shown with the value that run actually used (its composed config, or the config group it picked, also
+where it was not overridden), then the final val/ and test/ metrics from metrics.json and the wall
 time. Rows are sorted by the task's metric (the sweep objective: val/acc highest first, val/loss lowest
 first); runs without metrics.json (failed, or still running) come last. Runs of different tasks get one
-table each. --csv also writes every row to a CSV file.
+table each, titled with the task. --csv also writes every row to a CSV file, with a `task` column.
 """
 
 import argparse
@@ -18,27 +20,48 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from transformer_lab.cli import run
+from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.errors import require
 
 
 @dataclass
 class Run:
-    """One run directory: its task, the command-line overrides it ran with, and its metrics.json."""
+    """One run directory: its task, its composed config, the config groups it picked, the command-line
+    overrides it ran with, and its metrics.json."""
 
     name: str
     task: str
     metric: str
     mode: str
     overrides: dict[str, str]
-    defaults: dict[str, str]
+    config: DictConfig
+    hydra: DictConfig
+    choices: dict[str, str | None]
+    removed: set[str]
     metrics: dict | None
 
     def value(self, key: str) -> str:
-        """The override's value, or what the run used when it was not overridden."""
-        return self.overrides.get(key, self.defaults.get(key, "-"))
+        """What the run used for `key`, overridden or not: the option it picked for a config group
+        (`task`, `model`, `experiment`, `hydra/launcher`: `none` if none), else the value in its composed
+        config (`hydra.*`: Hydra's); a section such as `callbacks.head_metrics` reads `on`, or `off` if
+        the run removed it (`~key`); `-` only for a key the run's config does not have at all."""
+        if key in self.choices:
+            return "none" if self.choices[key] is None else str(self.choices[key])
+        root, path = (self.hydra, key) if key.startswith("hydra.") else (self.config, key)
+        absent = object()
+        try:
+            node = OmegaConf.select(root, path, default=absent, throw_on_missing=False)
+        except Exception:  # an interpolation that only resolves inside the run (e.g. ${now:...})
+            node = OmegaConf.select(root, path, default=absent, throw_on_resolution_failure=False)
+        if node is absent:
+            return "off" if key in self.removed else self.overrides.get(key, "-")
+        if isinstance(node, DictConfig):
+            return "on"
+        if isinstance(node, ListConfig):
+            return str(OmegaConf.to_container(node, resolve=False))
+        return "null" if node is None else str(node)
 
     def score(self) -> float | None:
         value = (self.metrics or {}).get(self.metric)
@@ -50,19 +73,15 @@ def load_run(run_dir: Path, root: Path) -> Run:
     hydra_dir = run_dir / ".hydra"
     cfg = OmegaConf.load(hydra_dir / "config.yaml")
     overrides_file = hydra_dir / "overrides.yaml"
-    overrides = {}
+    overrides, removed = {}, set()
     for token in OmegaConf.load(overrides_file) if overrides_file.is_file() else []:
         key, _, value = str(token).partition("=")
+        if key.startswith("~"):
+            removed.add(key.lstrip("~"))
         overrides[key.lstrip("+~")] = value
     hydra_file = hydra_dir / "hydra.yaml"
-    choices = OmegaConf.load(hydra_file).hydra.runtime.choices if hydra_file.is_file() else {}
-    defaults = {}
-    for key in overrides:
-        if key in choices:
-            defaults[key] = str(choices[key])
-        else:
-            node = OmegaConf.select(cfg, key, default=None, throw_on_missing=False)
-            defaults[key] = "-" if node is None else str(node)
+    hydra = OmegaConf.load(hydra_file) if hydra_file.is_file() else OmegaConf.create({})
+    choices = OmegaConf.to_container(hydra.hydra.runtime.choices) if "hydra" in hydra else {}
     try:
         metrics = json.loads((run_dir / "metrics.json").read_text())
     except (OSError, ValueError):
@@ -73,7 +92,10 @@ def load_run(run_dir: Path, root: Path) -> Run:
         metric=str(cfg.get("metric", "")),
         mode=str(cfg.get("metric_mode", "max")),
         overrides=overrides,
-        defaults=defaults,
+        config=cfg,
+        hydra=hydra,
+        choices=choices,
+        removed=removed,
         metrics=metrics,
     )
 
@@ -98,7 +120,8 @@ def ranked(runs: list[Run]) -> list[Run]:
 
 
 def columns(runs: list[Run]) -> tuple[list[str], list[str]]:
-    """The overrides whose values differ between the runs, and the val/ and test/ metrics they report."""
+    """The overridden settings whose values (as each run used them) differ between the runs, and the val/
+    and test/ metrics the runs report."""
     keys = list(dict.fromkeys(k for r in runs for k in r.overrides))
     differing = [k for k in keys if len({r.value(k) for r in runs}) > 1]
     names = list(dict.fromkeys(k for r in runs for k in r.metrics or {} if k.startswith(("val/", "test/"))))
@@ -184,9 +207,7 @@ def write_csv(path: Path, tables: list[tuple[str, list[dict[str, str]]]]) -> Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="a sweep directory, a run directory, or saved_models")
     parser.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows to this CSV file")
     args = parser.parse_args(argv)

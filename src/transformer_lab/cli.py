@@ -1,17 +1,34 @@
-"""Plumbing shared by the scripts: Hydra-style `key=value` arguments, device choice, one-line errors."""
+"""Plumbing shared by the scripts: Hydra-style `key=value` arguments, device choice, one-line errors.
+
+Nothing here imports torch at module level, so a script's `--help` and argument errors answer before
+PyTorch is loaded (scripts parse their arguments first and import the heavy modules afterwards).
+"""
+
+from __future__ import annotations
 
 import argparse
 import sys
+import typing
 from collections.abc import Callable
-
-import torch
+from typing import TYPE_CHECKING
 
 from transformer_lab.errors import ConfigError, require
+
+if TYPE_CHECKING:
+    import torch
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a mistake on the command line raised as a ConfigError: `run` prints it as one line,
+    `error: ...`, and exits 2 (argparse's own exit status for usage errors), instead of usage + error."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise ConfigError(f"{message}; see {self.prog} --help")
 
 
 def parse_key_values(argv: list[str] | None, keys: dict[str, str], description: str) -> dict[str, str]:
     """Parse `key=value` tokens (as Hydra does); `--help` lists `keys` with their descriptions."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="keys:\n" + "\n".join(f"  {key:<15} {text}" for key, text in keys.items()),
@@ -42,6 +59,8 @@ def to_number(args: dict[str, str], key: str, kind: type, default: int | float |
 
 def pick_device(name: str) -> torch.device:
     """`auto` (cuda, then mps, then cpu), or an explicit device that must be present."""
+    import torch
+
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")

@@ -4,7 +4,13 @@
     python -m transformer_lab.train [overrides]   # from anywhere, once installed
 
 Tests call `train(cfg)` with a config from Hydra's compose API (`initialize_config_module(CONFIG_MODULE)`).
+
+Torch and Lightning are imported inside the functions that use them, after Hydra has parsed the command
+line: `python train.py --help` and Hydra's own argument errors answer without loading them, and Lightning,
+imported once Hydra has set up logging, sends its messages to train.log (see transformer_lab.console).
 """
+
+from __future__ import annotations
 
 import json
 import logging
@@ -13,25 +19,26 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 import hydra.errors
 import hydra.utils
-import lightning as L
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.checkpoint_io import AtomicCheckpointIO
-from transformer_lab.checkpoints import model_from_checkpoint, read_checkpoint
-from transformer_lab.config_checks import check_targets, check_types
+from transformer_lab import console
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.predictor import TransformerPredictor, build_predictor
+
+if TYPE_CHECKING:
+    import lightning as L
+
+    from transformer_lab.predictor import TransformerPredictor
 
 log = logging.getLogger(__name__)
+SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"  # in a checkout: the analysis scripts
 CONFIG_MODULE = "transformer_lab.configs"  # the repository's configs/, installed inside the package
 
 
@@ -48,6 +55,8 @@ def instantiate(config: DictConfig, **kwargs: object) -> object:
 
 def check_accelerator(accelerator: str) -> None:
     """Fail early, in one line, when the requested device is not on this machine."""
+    import torch
+
     accelerator = str(accelerator)
     if accelerator in ("gpu", "cuda"):
         require(
@@ -69,19 +78,34 @@ def check_accelerator(accelerator: str) -> None:
 
 def build_trainer(cfg: DictConfig) -> L.Trainer:
     """Instantiate the Trainer with the config's callbacks and loggers, and pick device defaults:
-    on CUDA, bf16-mixed precision where supported and TF32 matmuls."""
+    on CUDA, bf16-mixed precision where supported and TF32 matmuls. The console gets one line per
+    validation; Lightning's model table gives way to train()'s one-line summary unless
+    `trainer.enable_model_summary=true`; the progress bar shows where someone watches (progress.py)."""
+    import torch
+
+    from transformer_lab.checkpoint_io import AtomicCheckpointIO
+    from transformer_lab.progress import ValidationLog, bar_only_where_watched
+
     check_accelerator(cfg.trainer.accelerator)
     on_cuda = torch.cuda.is_available() and str(cfg.trainer.accelerator) in ("auto", "gpu", "cuda")
     extra = {}
     if cfg.trainer.get("precision") is None:
         extra["precision"] = "bf16-mixed" if on_cuda and torch.cuda.is_bf16_supported() else "32-true"
+    if cfg.trainer.get("enable_model_summary") is None:
+        extra["enable_model_summary"] = False
     if on_cuda:
         torch.set_float32_matmul_precision("high")
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values() if lg is not None]
-    return instantiate(
-        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=[AtomicCheckpointIO()], **extra
+    trainer = instantiate(
+        cfg.trainer,
+        callbacks=[*callbacks, ValidationLog()],
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO()],
+        **extra,
     )
+    bar_only_where_watched(trainer, cfg.trainer.get("enable_progress_bar"))
+    return trainer
 
 
 def resume_checkpoint(cfg: DictConfig) -> str | None:
@@ -116,6 +140,8 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
 def check_resumable(ckpt_path: str, model: TransformerPredictor, trainer: L.Trainer) -> None:
     """Read the checkpoint safely (weights_only) and check it fits the configured model and data, and that
     it has training left to do under the configured limits."""
+    from transformer_lab.checkpoints import model_from_checkpoint, read_checkpoint
+
     checkpoint = read_checkpoint(ckpt_path)
     saved = model_from_checkpoint(checkpoint, ckpt_path).config.architecture()
     configured = model.net.config.architecture()
@@ -163,8 +189,14 @@ def check_launch_in_sweep(cfg: DictConfig, trainer: L.Trainer) -> None:
 
 def train(cfg: DictConfig) -> dict:
     """Fit, test the best checkpoint, write metrics.json in the run directory, and return the metrics."""
+    import lightning as L
+
+    from transformer_lab.config_checks import check_targets, check_types
+    from transformer_lab.predictor import build_predictor
+
     start = time.perf_counter()
     output_dir = Path(cfg.paths.output_dir)
+    console.ignore_known_noise()
     check_targets(cfg)
     check_types(cfg)
     ckpt_path = resume_checkpoint(cfg)
@@ -179,21 +211,27 @@ def train(cfg: DictConfig) -> dict:
         check_resumable(ckpt_path, model, trainer)
     check_launch_in_sweep(cfg, trainer)
     log.info(
-        f"Training on {trainer.strategy.root_device} ({trainer.precision} precision), run dir {output_dir}"
+        f"Training on {trainer.strategy.root_device} ({trainer.precision} precision); "
+        f"run directory {console.shown_path(output_dir)}"
     )
+    log.info(console.model_summary(model.net))
 
     trainer.fit(model, datamodule=task, ckpt_path=ckpt_path, weights_only=True)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = trainer.checkpoint_callback
     best_path = getattr(best, "best_model_path", "") or None
+    # read before testing: loading best.ckpt for the test restores the callbacks' state saved in it,
+    # which predates the score of best.ckpt itself
+    best_score = getattr(best, "best_model_score", None) if best_path else None
+    global_step = trainer.global_step
     if cfg.get("test", True) and not trainer.interrupted:
         results = trainer.test(model, datamodule=task, ckpt_path=best_path, verbose=False, weights_only=True)
         metrics.update({k: float(v) for k, v in results[0].items()})
     metrics.update(
         metric=cfg.metric,
-        best_score=getattr(best, "best_model_score", None) if best_path else None,
+        best_score=best_score,
         best_ckpt_path=best_path,
-        global_step=trainer.global_step,
+        global_step=global_step,
         device=str(trainer.strategy.root_device),
         wall_time_s=round(time.perf_counter() - start, 2),
     )
@@ -223,9 +261,9 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
         # Write these last records now: the Trainer already finalized its loggers, and leaving the flush
         # to garbage collection at exit can lose them (the last job of a sweep then has no hp/ scalars).
         logger.finalize("success")
-    summary = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.startswith("test/"))
-    log.info(f"Test: {summary or 'skipped'}")
-    log.info(f"Metrics written to {output_dir / 'metrics.json'}")
+    scripts = SCRIPTS_DIR if SCRIPTS_DIR.is_dir() else None
+    for line in console.run_summary(output_dir, metrics, metrics.get("best_ckpt_path"), scripts):
+        log.info(line)
 
 
 class RunDirectories(Callback):
@@ -264,10 +302,13 @@ def _remove_unused_run_dir(output_dir: Path) -> None:
 def user_error(exc: BaseException) -> ConfigError | None:
     """The user mistake behind `exc`, if any: a ConfigError, or Lightning's MisconfigurationException (a
     Trainer argument Lightning refuses), as a one-line ConfigError. Hydra's instantiate wraps them."""
+    # Lightning's exception class, if Lightning is loaded at all (if not, it raised nothing)
+    exceptions = sys.modules.get("lightning.fabric.utilities.exceptions")
+    misconfiguration = getattr(exceptions, "MisconfigurationException", ())
     while exc is not None:
         if isinstance(exc, ConfigError):
             return exc
-        if isinstance(exc, MisconfigurationException):
+        if isinstance(exc, misconfiguration):
             return ConfigError(" ".join(str(exc).split()))
         exc = exc.__cause__ or exc.__context__
     return None
@@ -283,6 +324,8 @@ def main(cfg: DictConfig) -> float | None:
     """Returns the task's metric (for Hydra sweepers); a user mistake prints one line and exits 2 (in a
     sweep: fails that job only)."""
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    console.lightning_logs_to_root()
+    logging.captureWarnings(True)  # library warnings go to train.log as well as to the console
     try:
         metrics = train(cfg)
     except Exception as exc:

@@ -1,0 +1,211 @@
+"""What people see: the console of a training run (device, model, validations, result, where the files are;
+no library noise) and train.log behind it; `--help` and argument errors of every script answered before
+torch is imported."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import lightning as L
+import pytest
+from lightning.pytorch.callbacks import TQDMProgressBar
+
+from tests.conftest import ROOT, TINY_REVERSE, encoder_classifier, gpt_decoder
+from transformer_lab import console
+from transformer_lab.data import SortDataModule
+from transformer_lab.nn import EncoderDecoder, ModelConfig
+from transformer_lab.progress import bar_only_where_watched
+
+# Runs a script as `python <script> <args>` would, then reports (in a file, so the script's own output is
+# untouched) its exit status and whether torch, lightning or matplotlib were imported.
+WRAPPER = """
+import json, runpy, sys
+report, script, *args = sys.argv[1:]
+sys.argv = [script, *args]
+sys.path.insert(0, str(__import__("pathlib").Path(script).resolve().parent))
+code = 0
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+heavy = sorted(m for m in ("torch", "lightning", "matplotlib") if m in sys.modules)
+open(report, "w").write(json.dumps({"code": code, "heavy": heavy}))
+sys.exit(code)
+"""
+
+# (script, a bad argument, the start of its one-line error; None: the script's own format)
+SCRIPTS = [
+    ("scripts/explain.py", ["foo=1"], "error: unknown argument 'foo=1'; use ckpt_path=..."),
+    ("scripts/explain.py", [], "error: missing ckpt_path=..."),
+    ("scripts/sample.py", ["foo=1"], "error: unknown argument 'foo=1'; use ckpt_path=..."),
+    ("scripts/interpret.py", ["ckpt_path=x.ckpt", "analysis=nope"], "error: analysis=nope is unknown"),
+    ("scripts/interpret.py", ["ckpt_path=x.ckpt", "analysis=heads", "method=max"], "error: method=max is"),
+    ("scripts/summarize.py", [], "error: the following arguments are required: root; see summarize.py"),
+    ("scripts/summarize.py", ["/nonexistent/runs"], "error: /nonexistent/runs is not a directory"),
+    ("scripts/plots.py", ["foo=1"], "error: argument {positional_encoding,lr_schedule}: invalid choice"),
+    ("scripts/plots.py", ["positional_encoding", "model_dim=7"], "error: model_dim=7 must be even"),
+    # the other scripts (their own tests check their messages): exit status 2 before torch is imported
+    ("scripts/explore.py", ["foo=1"], None),
+    ("scripts/curves.py", [], None),
+    ("scripts/params.py", ["foo=1"], None),
+    ("scripts/pretrain.py", ["--bogus"], None),
+]
+
+
+def run_wrapped(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, "-c", WRAPPER, str(report), script, *args],
+        cwd=ROOT,
+        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result, json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("script", sorted({s for s, _, _ in SCRIPTS}))
+def test_script_help_does_not_import_torch(tmp_path, script):
+    if not (ROOT / script).is_file():
+        pytest.skip(f"{script} is not in this checkout")
+    result, report = run_wrapped(tmp_path, script, "--help")
+    assert report == {"code": 0, "heavy": []}, result.stderr[-2000:]
+    assert result.stdout.startswith("usage:") and result.stderr == ""
+
+
+@pytest.mark.parametrize(("script", "args", "error"), SCRIPTS)
+def test_script_argument_error_is_one_line_without_torch(tmp_path, script, args, error):
+    if not (ROOT / script).is_file():
+        pytest.skip(f"{script} is not in this checkout")
+    result, report = run_wrapped(tmp_path, script, *args)
+    assert report == {"code": 2, "heavy": []}, result.stderr[-2000:]
+    if error is not None:
+        assert result.stderr.startswith(error) and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "output"),
+    [
+        (["--help"], 0, "transformer-lab: train a hand-built Transformer"),
+        (["task=nope"], 1, "Could not find 'task/nope'"),
+        (["trainer.max_stepz=5"], 1, "Could not override 'trainer.max_stepz'"),
+    ],
+)
+def test_train_help_and_hydra_errors_do_not_import_torch(tmp_path, args, code, output):
+    result, report = run_wrapped(tmp_path, "train.py", *args)
+    assert report == {"code": code, "heavy": []}, result.stderr[-2000:]
+    assert output in result.stdout + result.stderr
+    assert not list(ROOT.glob("saved_models/nope"))
+
+
+def test_the_console_of_a_run_says_what_a_person_needs(tmp_path):
+    """`python train.py` (tiny), output to a pipe as in CI or `| tee`: the run's lines, nothing else."""
+    overrides = [o for o in TINY_REVERSE if "refresh_rate" not in o]  # the default progress bar
+    result = subprocess.run(
+        [sys.executable, "train.py", f"paths.log_dir={tmp_path}", *overrides],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "2"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "reverse").iterdir()
+    text = result.stdout + result.stderr
+    lines = text.splitlines()
+    assert lines[0].startswith("Training on cpu (32-true precision); run directory ")
+    assert lines[0].endswith(str(run_dir)) or lines[0].endswith(console.shown_path(run_dir))
+    assert lines[1] == "Model: EncoderClassifier (1 layer, 1 head, model_dim 32), 10.6 K parameters"
+    assert lines[2].startswith("epoch 0  step 8  val/loss=") and "val/acc=" in lines[2]
+    assert lines[3] == "`Trainer.fit` stopped: `max_epochs=1` reached."
+    assert lines[4].startswith("Test: test/loss=") and "test/seq_acc=" in lines[4]
+    best = run_dir / "checkpoints" / "best.ckpt"
+    assert any(str(best) in line and "best.ckpt" in line for line in lines[5:])
+    assert any(f"tensorboard --logdir {run_dir}" in line for line in lines[5:])
+    assert any(f"ckpt_path={best}" in line and line.split()[1] == "python" for line in lines[5:])
+    assert len(lines) <= 12 and len(text) < 2000, text
+    for noise in ("\r", "Tip:", "litlogger", "LeafSpec", "FLOPs", "GPU available", "INFO", "Sanity", "┃"):
+        assert noise not in text, noise
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["best_score"] == pytest.approx(metrics["val/acc"])  # one validation: it is the best
+    log = (run_dir / "train.log").read_text()  # everything, for debugging: Lightning's lines too
+    for record in ("GPU available: False", "Restoring states from the checkpoint path", "epoch 0  step 8"):
+        assert record in log, record
+    assert "litlogger" not in log
+
+
+def test_model_summary_names_the_model_and_counts_shared_weights_once():
+    decoder = gpt_decoder(vocab_size=65, block_size=16)  # tied embeddings
+    total = sum(p.numel() for p in decoder.parameters())
+    assert total < sum(p.numel() for _, p in decoder.named_parameters(remove_duplicate=False))
+    assert console.model_summary(decoder) == (
+        f"Model: DecoderLM (2 layers, 2 heads, model_dim 32), {console.count(total)} parameters"
+    )
+    task = SortDataModule(train_size=8, val_size=8, test_size=8)
+    seq2seq = EncoderDecoder(ModelConfig(arch="encoder_decoder", num_layers=2, **task.model_settings()))
+    assert console.model_summary(seq2seq).startswith(
+        "Model: EncoderDecoder (2+2 layers (encoder+decoder), 1 head,"
+    )
+    encoder = encoder_classifier()
+    encoder.embed.weight.requires_grad_(False)
+    assert "trainable)" in console.model_summary(encoder)
+    assert [console.count(n) for n in (999, 10_600, 809_152, 12_345_678)] == [
+        "999",
+        "10.6 K",
+        "809 K",
+        "12.3 M",
+    ]
+
+
+def test_console_filter_and_formatter():
+    keep, fmt = console.ConsoleFilter(), console.ConsoleFormatter("%(message)s")
+
+    def record(name: str, level: int, message: str, **extra: object) -> logging.LogRecord:
+        made = logging.LogRecord(name, level, __file__, 1, message, None, None)
+        made.__dict__.update(extra)
+        return made
+
+    assert keep.filter(record("transformer_lab.train", logging.INFO, "Training on cpu"))
+    assert not keep.filter(record("lightning.pytorch.utilities.rank_zero", logging.INFO, "GPU available"))
+    assert keep.filter(record("lightning.pytorch.utilities.rank_zero", logging.INFO, "`Trainer.fit` stopped"))
+    assert not keep.filter(record("transformer_lab.train", logging.INFO, "file only", console=False))
+    warning = record(
+        "py.warnings",
+        logging.WARNING,
+        "/x/site-packages/lightning/pytorch/loops/fit_loop.py:321: UserWarning: Too few batches.\n  f(x)\n",
+    )
+    assert keep.filter(warning)
+    assert fmt.format(warning) == "warning: Too few batches. [lightning/pytorch/loops/fit_loop.py:321]"
+    assert fmt.format(record("x", logging.ERROR, "boom")) == "error: boom"
+
+
+def test_known_warnings_are_filtered_by_message_only():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        console.ignore_known_noise()
+        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning, stacklevel=1)
+        warnings.warn("Your `IterableDataset` has `__len__` defined. In combination ...", stacklevel=1)
+        warnings.warn("Something real happened", UserWarning, stacklevel=1)
+        warnings.warn("`isinstance(x, Y)` is deprecated", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["Something real happened", "`isinstance(x, Y)` is deprecated"]
+
+
+@pytest.mark.parametrize(("requested", "enabled"), [(None, False), (True, True), (False, False)])
+def test_progress_bar_off_a_terminal_unless_asked_for(monkeypatch, requested, enabled):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=requested is not False,
+        callbacks=[TQDMProgressBar(refresh_rate=20)] if requested is not False else None,
+    )
+    bar_only_where_watched(trainer, requested)
+    assert (trainer.progress_bar_callback is not None and trainer.progress_bar_callback.is_enabled) == enabled

@@ -1,0 +1,82 @@
+"""scripts/summarize.py on run directories whose `.hydra/` files hold configs composed here by Hydra, exactly
+as train.py would compose them (no training: metrics.json is written by hand)."""
+
+import csv
+import json
+from pathlib import Path
+
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from tests.conftest import load_script
+from transformer_lab.train import CONFIG_MODULE
+
+
+def make_run(run_dir: Path, overrides: list[str], metrics: dict | None) -> dict:
+    """A run directory as Hydra leaves it (.hydra/config.yaml, hydra.yaml, overrides.yaml) for
+    `python train.py <overrides>`, plus metrics.json; returns the composed config (resolved)."""
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    hydra_dir = run_dir / ".hydra"
+    hydra_dir.mkdir(parents=True)
+    hydra = cfg.hydra
+    OmegaConf.set_struct(cfg, False)
+    del cfg["hydra"]
+    (hydra_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    (hydra_dir / "hydra.yaml").write_text(OmegaConf.to_yaml({"hydra": hydra}))
+    (hydra_dir / "overrides.yaml").write_text(OmegaConf.to_yaml(overrides))
+    if metrics is not None:
+        (run_dir / "metrics.json").write_text(json.dumps({**metrics, "wall_time_s": 1.5}))
+    return {"model.lr": cfg.model.lr, "model.num_heads": cfg.model.num_heads, "task": cfg.task_name}
+
+
+def table(lines: list[str], title_start: str) -> list[dict[str, str]]:
+    """The rows of the printed table whose title starts with `title_start`, as dicts by column."""
+    start = next(i for i, line in enumerate(lines) if line.startswith(title_start))
+    header = lines[start + 1].split()
+    rows = []
+    for line in lines[start + 3 :]:
+        if not line.strip():
+            break
+        rows.append(dict(zip(header, line.split(maxsplit=len(header) - 1), strict=False)))
+    return rows
+
+
+def test_every_row_shows_the_value_its_run_used(tmp_path, capsys):
+    sweep = tmp_path / "runs"
+    composed = {
+        "a": make_run(sweep / "a", ["task=sort", "model=decoder", "model.lr=0.004"], {"val/seq_acc": 0.5}),
+        "b": make_run(sweep / "b", ["task=sort"], {"val/seq_acc": 0.9}),
+        "c": make_run(sweep / "c", ["task=sort", "~callbacks.head_metrics"], {"val/seq_acc": 0.7}),
+        "d": make_run(sweep / "d", ["model.num_heads=2"], {"val/acc": 0.8}),
+        "e": make_run(sweep / "e", ["experiment=reverse_tiny"], None),
+    }
+    csv_path = tmp_path / "runs.csv"
+    load_script("summarize").main([str(sweep), "--csv", str(csv_path)])
+    lines = capsys.readouterr().out.splitlines()
+
+    sort = table(lines, "sort: 3 run(s)")
+    assert [row["run"] for row in sort] == ["b", "c", "a"]  # highest val/seq_acc first
+    # `task` is the same for all three, so no column; every other overridden setting shows the value the
+    # run used, where it was not overridden too: b and c kept the task's encoder-decoder and its lr
+    assert {row["run"]: row["model"] for row in sort} == {
+        "a": "decoder",
+        "b": "encoder_decoder",
+        "c": "encoder_decoder",
+    }
+    assert {row["run"]: float(row["model.lr"]) for row in sort} == {k: composed[k]["model.lr"] for k in "abc"}
+    assert composed["b"]["model.lr"] != 0.004
+    assert {row["run"]: row["callbacks.head_metrics"] for row in sort} == {"a": "on", "b": "on", "c": "off"}
+
+    reverse = table(lines, "reverse: 2 run(s)")  # no task= given: the default task, reverse
+    assert [row["run"] for row in reverse] == ["d", "e"]  # e has no metrics.json: last
+    assert {row["run"]: row["experiment"] for row in reverse} == {"d": "none", "e": "reverse_tiny"}
+    assert {row["run"]: int(row["model.num_heads"]) for row in reverse} == {
+        "d": 2,
+        "e": composed["e"]["model.num_heads"],
+    }
+    assert all("-" not in (row[k] for k in ("experiment", "model.num_heads")) for row in reverse)
+
+    rows = {row["run"]: row for row in csv.DictReader(csv_path.open())}
+    assert {run: row["task"] for run, row in rows.items()} == {k: v["task"] for k, v in composed.items()}
+    assert rows["a"]["model"] == "decoder" and rows["d"]["experiment"] == "none"
