@@ -43,6 +43,12 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    training steps' own tokens/s (`on_train_batch_start` -> `on_train_batch_end` summed: the bare loop's
    time in the same run); start-up before the fit and the test after it are reported separately. Also
    each callback hook's total time in that run. (--quick: 30 steps, validating every 10.)
+8. The attention explorer (`--phases explorer`): the page of `scripts/explore.py` for an untrained encoder
+   of 8 layers x 8 heads over 256 tokens (the issue's large case; bidirectional maps compress least):
+   its size in MB (target < 5), the time to gather its data in Python, and in headless Chromium (when
+   `chromium` and playwright are installed) the time from the start of navigation to the first full
+   render (target < 1000 ms) and to draw the model view's 64 heatmaps, medians of 3 loads. (--quick: 2 x 2
+   over 32 tokens.)
 """
 
 import argparse
@@ -93,6 +99,7 @@ class Mode:
     reverse_overrides: tuple[str, ...]
     sort_overrides: tuple[str, ...]
     end_to_end_overrides: tuple[str, ...] = ()
+    explorer_shape: tuple[int, int, int] = (8, 8, 256)  # layers, heads, tokens
 
 
 QUIET = "callbacks.progress_bar.refresh_rate=0"
@@ -107,9 +114,10 @@ QUICK = Mode(
     ("experiment=reverse_tiny", QUIET),
     ("data.train_size=512", "data.val_size=64", "data.test_size=64", "trainer.max_epochs=1", QUIET),
     ("trainer.max_steps=30", "data.batches_per_epoch=10", "data.val_batches=4", QUIET),
+    explorer_shape=(2, 2, 32),
 )
 
-PHASES = ("training", "generation", "reverse", "encoder_decoder", "end_to_end")
+PHASES = ("training", "generation", "reverse", "encoder_decoder", "end_to_end", "explorer")
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
     "lightning_over_bare": (">=", 0.95),
     "hooks_over_no_hooks": (">=", 0.99),
@@ -121,6 +129,8 @@ TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the ful
     "encdec_cache_speedup": (">=", 2.0),
     "sort_test_seq_acc": (">=", 0.99),
     "end_to_end_over_loop": (">=", 0.90),
+    "explorer_mb": ("<", 5.0),
+    "explorer_render_ms": ("<", 1000.0),
 }
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -636,6 +646,56 @@ def end_to_end_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------ explorer
+def bench_explorer(mode: Mode, workdir: Path) -> dict:
+    """Phase 8: the explorer page's size for an untrained encoder of `mode.explorer_shape`, and its render
+    times in headless Chromium (skipped, with a note, where chromium or playwright is missing)."""
+    import shutil
+
+    from transformer_lab.explorer import explore
+    from transformer_lab.nn import ModelConfig
+
+    layers, heads, tokens = mode.explorer_shape
+    progress(f"explorer: {layers} layers x {heads} heads x {tokens} tokens")
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=65, num_layers=layers, num_heads=heads, model_dim=128, max_len=tokens)
+    model = build_model(config).eval()
+    start = time.perf_counter()
+    page = explore(model, torch.randint(0, 65, (tokens,)), title="bench")
+    results = {
+        "explorer_collect_seconds": time.perf_counter() - start,
+        "explorer_mb": len(page.encode()) / 1e6,
+    }
+    path = page.save(workdir / "explorer.html")
+    chromium = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        chromium = None
+    if chromium is None:
+        progress(
+            "explorer: no chromium or playwright; render time not measured (apt-get install -y chromium)"
+        )
+        return results
+    args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+    loads, model_views = [], []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=args)
+        for _ in range(3):
+            tab = browser.new_page(viewport={"width": 1280, "height": 900})
+            tab.goto(path.resolve().as_uri())
+            tab.wait_for_selector("body[data-ready='true']", timeout=60_000)
+            loads.append(tab.evaluate("window.explorerLoadMs"))
+            tab.click(".tab[data-view='model']")
+            model_views.append(tab.evaluate("window.explorerTimings.model"))
+            tab.close()
+        browser.close()
+    return results | {
+        "explorer_render_ms": statistics.median(loads),
+        "explorer_model_view_ms": statistics.median(model_views),
+    }
+
+
 # ------------------------------------------------------------------------------------------ report
 ROWS = [  # (figure, format of the value, the results keys it shows; the first one is checked against TARGETS)
     ("training, Lightning (project)", "{:,.0f} tokens/s", ["lightning_tokens_per_s"]),
@@ -689,6 +749,10 @@ ROWS = [  # (figure, format of the value, the results keys it shows; the first o
         "{:.1f} / {:.1f} / {:.1f} s",
         ["end_to_end_startup_seconds", "end_to_end_fit_seconds", "end_to_end_after_fit_seconds"],
     ),
+    ("explorer page (8 x 8 heads, 256 tokens; --quick: 2 x 2, 32)", "{:.2f} MB", ["explorer_mb"]),
+    ("explorer: data from the model (python)", "{:.1f} s", ["explorer_collect_seconds"]),
+    ("explorer: first full render in Chromium, from navigation", "{:.0f} ms", ["explorer_render_ms"]),
+    ("explorer: model view, all layer x head heatmaps", "{:.0f} ms", ["explorer_model_view_ms"]),
 ]
 
 
@@ -704,7 +768,8 @@ def table(results: dict, check_targets: bool) -> str:
         target = ""
         if check_targets and keys[0] in TARGETS:
             op, threshold = TARGETS[keys[0]]
-            target = f"{op} {threshold:g}: {'met' if results[keys[0]] >= threshold else 'NOT met'}"
+            met = results[keys[0]] >= threshold if op == ">=" else results[keys[0]] < threshold
+            target = f"{op} {threshold:g}: {'met' if met else 'NOT met'}"
         lines.append(f"| {name} | {fmt.format(*(results[k] for k in keys))} | {spread} | {target} |")
     return "\n".join(lines)
 
@@ -753,6 +818,8 @@ def main(argv: list[str] | None = None) -> dict:
             results.update(bench_encoder_decoder(mode, workdir))
         if "end_to_end" in phases:
             results.update(bench_end_to_end(mode, args.overrides, workdir, args.threads))
+        if "explorer" in phases:
+            results.update(bench_explorer(mode, workdir))
     results.update(
         mode=mode_name,
         overrides=" ".join(args.overrides),

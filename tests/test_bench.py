@@ -36,6 +36,8 @@ FIGURES = (
     "end_to_end_validation_seconds",
     "end_to_end_startup_seconds",
     "end_to_end_after_fit_seconds",
+    "explorer_mb",
+    "explorer_collect_seconds",
 )
 
 DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule
@@ -148,3 +150,12 @@ def test_compile_trains_like_eager(tmp_path):
     eager = train(compose_train_config(tmp_path / "eager", *overrides))
     compiled = train(compose_train_config(tmp_path / "compiled", *overrides, "model.compile=true"))
     assert compiled["val/loss"] == pytest.approx(eager["val/loss"], rel=1e-3)
+
+
+def test_explorer_phase_measures_the_page(bench, tmp_path):
+    """Phase 8 in its quick size (2 layers x 2 heads x 32 tokens): the page's size, and its render times
+    where chromium and playwright are installed."""
+    results = bench.bench_explorer(bench.QUICK, tmp_path)
+    assert 0 < results["explorer_mb"] < 5 and results["explorer_collect_seconds"] > 0
+    if "explorer_render_ms" in results:
+        assert 0 < results["explorer_render_ms"] < 10_000 and results["explorer_model_view_ms"] > 0

@@ -1020,6 +1020,7 @@
     $("kind-select").value = state.kind;
     show("head");
     window.explorerRenderMs = performance.now() - START;
+    window.explorerLoadMs = performance.now(); // from the start of navigation: the HTML's parsing included
     document.body.dataset.ready = "true";
   }
 
