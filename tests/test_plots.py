@@ -103,7 +103,8 @@ def test_token_map_rows_columns_and_capped_colour_scale(tmp_path):
     assert _tick_labels(ax, "y") == ["0 4", "1 3", "2 2", "3 1"]
     assert ax.get_title() == "rollout" and ax.images[0].get_clim() == (0, 0.5)
     assert (
-        colorbar.get_ylabel().startswith("weight") and "capped at 0.5: 25% of cells" in colorbar.get_ylabel()
+        colorbar.get_ylabel().startswith("weight")
+        and "capped at 0.5: the top 25% of cells" in colorbar.get_ylabel()
     )
     assert fig.axes[0].images[0].colorbar.extend == "max"  # the diagonal saturates, and the bar says so
     assert plots.token_map(matrix, list("abcd"), "m").axes[0].images[0].colorbar.extend == "neither"

@@ -50,7 +50,7 @@ def _label_axes(
     # stack `token` over `position` under a column if both fit its width (a digit is ~0.64 em wide)
     digits = len(str(len(tokens) - 1))
     width = max(len(t) for t in token_labels(tokens)) if tokens else 1
-    stacked = panel * 72 / shown >= 0.64 * size * max(digits, width) + 1.5
+    stacked = panel * 72 / shown >= 0.7 * size * max(digits, width) + 3
     for axis, labels, show in ((ax.xaxis, tokens, x), (ax.yaxis, rows, y)):
         step = tick_step(len(labels))
         text = position_labels(labels, stacked=stacked and axis is ax.xaxis)
@@ -152,8 +152,8 @@ def token_map(
     or one outlying cell does not wash out everything else.
     """
     matrix = _to_cpu(matrix)
-    panel = max(3.2, 0.2 * min(max(len(tokens), len(row_tokens or tokens)), 2 * MAX_TICKS))
-    fig = Figure(figsize=(panel + 1.5, panel + 0.5), layout="constrained")
+    panel = max(3.6, 0.24 * min(max(len(tokens), len(row_tokens or tokens)), 2 * MAX_TICKS))
+    fig = Figure(figsize=(panel + 1.7, panel + 0.5), layout="constrained")
     ax = fig.subplots()
     image = ax.imshow(matrix, vmin=0, vmax=vmax, cmap="viridis", interpolation="nearest")
     _label_axes(ax, tokens, row_tokens, panel)
@@ -164,7 +164,7 @@ def token_map(
     if clipped:
         share = float((matrix > vmax).float().mean())
         colorbar_label = (
-            f"{colorbar_label}\n(scale capped at {vmax:.2g}: {share:.0%} of cells above it saturate)"
+            f"{colorbar_label}\n(colour capped at {vmax:.2g}: the top {share:.0%} of cells saturate)"
         )
     fig.colorbar(image, ax=ax, shrink=0.8, label=colorbar_label, extend="max" if clipped else "neither")
     return fig
