@@ -10,10 +10,13 @@ runs `num_examples=` of the task's test examples through it, and prints for ever
     std(score)        the spread of the scores the softmax sees: q.k / sqrt(d_k), or q.k without scaling
     entropy           the mean entropy of the attention rows, in nats, against log(T) for uniform attention
     max weight        the mean of each row's largest attention weight (1 = one key takes everything)
+    |grad W_QK|       the norm of the loss's gradient with respect to the head's rows of W_Q and W_K: how
+                      much the first training step can change where the head looks
 
 A dot product of d_k coordinates, each a product of two independent values of spread s_q and s_k, has
 spread sqrt(d_k) s_q s_k: without the scaling the scores grow with the head size, the softmax saturates,
-and almost all of a row's weight goes to one key, whose gradient is then nearly zero. Writes the attention
+and almost all of a row's weight goes to one key: d softmax / d score is then nearly zero, and so is
+the gradient that would teach the head where to look. Writes the attention
 maps of the first example to `out_dir=` (default init_attention_out/) as attention_grid.png.
 """
 
@@ -26,30 +29,44 @@ from transformer_lab.errors import require
 OWN_KEYS = ("out_dir", "num_examples")
 
 
-def attention_statistics(model, inputs: tuple) -> list[dict]:
+def attention_statistics(model, inputs: tuple, labels=None) -> list[dict]:
     """Per attention layer: q, k, score, entropy and max-weight statistics per head (lists over heads),
-    from one forward pass with the hook points hook_q, hook_k and hook_pattern cached."""
+    from one forward pass with the hook points hook_q, hook_k and hook_pattern cached; with `labels`, also
+    the norm of the loss's gradient with respect to each head's rows of W_Q and W_K."""
     import torch
+    import torch.nn.functional as F
+
+    from transformer_lab.data.task import IGNORE_INDEX
 
     wanted = ("attn.hook_q", "attn.hook_k", "attn.hook_pattern")
-    with torch.no_grad():
-        _, cache = model.eval().run_with_cache(*inputs, names_filter=lambda name: name.endswith(wanted))
+    model.eval().zero_grad()
+    logits, cache = model.run_with_cache(*inputs, names_filter=lambda name: name.endswith(wanted))
+    if labels is not None:
+        loss = F.cross_entropy(logits.flatten(0, -2), labels.flatten(), ignore_index=IGNORE_INDEX)
+        loss.backward()
+    modules = dict(model.named_modules())
     rows = []
     for name in [n for n in cache if n.endswith("attn.hook_pattern")]:
         layer = name.removesuffix(".hook_pattern")
-        q, k, pattern = (
-            cache[f"{layer}.hook_q"],
-            cache[f"{layer}.hook_k"],
-            cache[name],
-        )  # [B,T,H,d], [B,H,T,T]
+        q, k = cache[f"{layer}.hook_q"], cache[f"{layer}.hook_k"]  # [B, T, H, d_k]
+        pattern = cache[name]  # [B, H, T_query, T_key]
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k)
         if model.config.scale_attention:
             scores = scores / math.sqrt(q.size(-1))
         visible = pattern > 0  # keys the mask lets each query see
         entropy = -(pattern * pattern.clamp_min(1e-30).log()).sum(-1)  # [B, H, T]
+        attn = modules[layer]  # the MultiheadAttention whose hook points these are
+        grad, d = attn.qkv_proj.weight.grad, attn.head_dim
+        grad_qk = [
+            float(torch.cat([grad[h * d : (h + 1) * d], grad[attn.embed_dim + h * d :][:d]]).norm())
+            if grad is not None
+            else float("nan")
+            for h in range(attn.num_heads)
+        ]
         rows.append(
             {
                 "layer": layer,
+                "grad_qk": grad_qk,
                 "q": q.std(dim=(0, 1, 3)).tolist(),
                 "k": k.std(dim=(0, 1, 3)).tolist(),
                 "score": [float(scores[:, h][visible[:, h]].std()) for h in range(scores.size(1))],
@@ -66,13 +83,14 @@ def format_statistics(rows: list[dict], scaled: bool) -> str:
     score = "q.k / sqrt(d_k)" if scaled else "q.k (not scaled)"
     lines = [
         f"{'layer':<22} {'head':>4} {'std(q)':>7} {'std(k)':>7} {'std(score)':>10} {'entropy':>8} "
-        f"{'log T':>6} {'max weight':>10}   score = {score}"
+        f"{'log T':>6} {'max weight':>10} {'|grad W_QK|':>11}   score = {score}"
     ]
     for row in rows:
         for h in range(len(row["q"])):
             lines.append(
                 f"{row['layer']:<22} {h:>4} {row['q'][h]:>7.3f} {row['k'][h]:>7.3f} {row['score'][h]:>10.3f} "
-                f"{row['entropy'][h]:>8.3f} {math.log(row['keys']):>6.3f} {row['max_weight'][h]:>10.3f}"
+                f"{row['entropy'][h]:>8.3f} {math.log(row['keys']):>6.3f} {row['max_weight'][h]:>10.3f} "
+                f"{row['grad_qk'][h]:>11.2e}"
             )
     return "\n".join(lines)
 
@@ -101,8 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = compose_config(overrides)
     task, model = task_and_model(cfg)
     with as_config_error():
-        inputs, _ = task.examples(int(count))
-    rows = attention_statistics(model, inputs)
+        inputs, labels = task.examples(int(count))
+    rows = attention_statistics(model, inputs, labels)
     config = model.config
     print(
         f"{type(model).__name__} for task={cfg.task_name} at initialisation (seed {cfg.seed}): "
