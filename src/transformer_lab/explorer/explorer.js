@@ -350,7 +350,9 @@
     const indexW = textWidth(String(Math.max(rows.length, cols.length)), SMALL_FONT) + 8;
     const headerFont = "12px system-ui, sans-serif";
     const xL = Math.max(8 + indexW + tokenW, textWidth(k.row_axis, headerFont) + 10);
-    const gap = 280;
+    // the line area takes the room the page has, so that lines to nearby tokens stay apart
+    const room = ($("head-svg").parentElement.clientWidth || 900) - 2 * (tokenW + indexW) - 60;
+    const gap = Math.max(240, Math.min(520, room));
     const xR = xL + gap;
     const width = xR + Math.max(tokenW + indexW + 8, textWidth(k.col_axis, headerFont) + 10);
     const top = 30;
@@ -400,7 +402,10 @@
     const k = kind();
     head.lines.replaceChildren();
     for (const side of ["query", "key"]) {
-      for (const g of head.groups[side]) g.firstChild.setAttribute("fill", "#ffffff");
+      for (const g of head.groups[side]) {
+        g.firstChild.setAttribute("fill", "#ffffff");
+        g.querySelector(".hv-label").setAttribute("fill", "#1f2328");
+      }
     }
     drawShadeLegend();
     const sel = state.selected;
@@ -413,9 +418,11 @@
     const stack = k.stack;
     let count = 0;
     const fragment = document.createDocumentFragment();
+    const spread = Math.min(2, (ROW_H - 4) / HEADS); // heads' lines a little apart, so each colour shows
     state.heads.forEach((on, h) => {
       if (!on) return;
       const m = mapIndex(state.layer, h);
+      const dy = (h - (HEADS - 1) / 2) * spread;
       const others = sel.side === "query" ? stack.C : stack.R;
       for (let j = 0; j < others; j++) {
         const [q, key] = sel.side === "query" ? [sel.index, j] : [j, sel.index];
@@ -430,9 +437,9 @@
             "data-key": key,
             "data-weight": w.toFixed(4),
             x1: head.xL + 4,
-            y1: rowY(q),
+            y1: rowY(q) + dy,
             x2: head.xR - 4,
-            y2: rowY(key),
+            y2: rowY(key) + dy,
             stroke: headColour(h),
             "stroke-width": (0.8 + 5 * w).toFixed(2),
             "stroke-opacity": (0.3 + 0.7 * w).toFixed(2),
@@ -449,6 +456,7 @@
       head.groups.key.forEach((g, c) => {
         const t = o.stack.value(0, sel.index, c) / max;
         g.firstChild.setAttribute("fill", rgb(CMAPS[o.name], 0.85 * t));
+        g.querySelector(".hv-label").setAttribute("fill", t > 0.6 ? "#ffffff" : "#1f2328");
       });
     }
     describeSelection(count);
