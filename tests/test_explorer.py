@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import encoder_classifier, gpt_decoder, load_script, run_cli, save_task_checkpoint
-from transformer_lab import explain
+from transformer_lab import TransformerPredictor, explain
 from transformer_lab.cli import run
 from transformer_lab.data import ReverseDataModule
 from transformer_lab.data.seq2seq import BOS, EOS, PAD
@@ -353,3 +353,24 @@ def test_script_help_lists_the_keys():
     assert result.returncode == 0
     for key in ("ckpt_path", "index", "text", "source", "out", "device"):
         assert key in result.stdout
+
+
+def test_script_text_on_a_character_model_labels_the_next_character(script, tmp_path, capsys):
+    """A Shakespeare-style checkpoint (characters, no task data needed for text=): position t's label is
+    character t + 1 of the text, the last has none, and the page writes the text as characters."""
+    torch.manual_seed(0)
+    vocab = list("\n !:;?ABEIMORST")
+    net = ModelConfig(arch="decoder", vocab=vocab, max_len=32, num_heads=2, num_layers=2, norm_first=True)
+    model = TransformerPredictor(net=net.to_dict())
+    task = {"class": "transformer_lab.data.shakespeare.ShakespeareDataModule", "separator": ""}
+    path = tmp_path / "chars.ckpt"
+    torch.save(
+        {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams), "task": task}, path
+    )
+    out = tmp_path / "romeo.html"
+    script.main([f"ckpt_path={path}", "text=ROMEO: I", f"out={out}"])
+    data = page_data(out.read_text())
+    rows = data["predictions"]["rows"]
+    assert [row["reads"] for row in rows] == list("ROMEO: I")
+    assert [row["label"] for row in rows] == [*"OMEO: I", None]
+    assert data["summary"]["join"] == "" and data["title"].endswith('text "ROMEO: I"')
