@@ -1,0 +1,182 @@
+"""The ready-made models of transformer_lab.pretrained: each is shipped, loads with weights_only=True and
+reproduces the test metrics models.json records for it (so a change to the model format or the
+evaluation cannot silently break them); `pretrained:<name>` works wherever a checkpoint path does."""
+
+import hashlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, run_cli
+from transformer_lab import TransformerPredictor, load_model, pretrained
+from transformer_lab.checkpoints import read_checkpoint, task_from_checkpoint, tokenizer_from_checkpoint
+from transformer_lab.errors import ConfigError
+from transformer_lab.nn import DecoderLM, EncoderClassifier, EncoderDecoder
+
+SHIPPED = {
+    "reverse": EncoderClassifier,
+    "reverse_2l4h": EncoderClassifier,
+    "sort": EncoderDecoder,
+    "shakespeare": DecoderLM,
+}
+# What each model must reach whatever its record says, so a badly trained model cannot be recorded as fine:
+# (metric, bound, higher is better).
+GOOD_ENOUGH = {
+    "reverse": ("test/seq_acc", 0.999, True),
+    "reverse_2l4h": ("test/acc", 0.99, True),
+    "sort": ("test/seq_acc", 0.99, True),
+    "shakespeare": ("test/bpc", 2.8, False),  # nanoGPT's CPU setting reaches val loss ~1.88 nats = 2.71 bpc
+}
+SIZES = {"reverse": (1, 1), "reverse_2l4h": (2, 4), "sort": (2, 4), "shakespeare": (4, 4)}  # layers, heads
+
+
+def test_every_listed_model_is_shipped_and_all_are_a_few_mb():
+    assert pretrained.names() == list(SHIPPED)
+    total = 0
+    for name in SHIPPED:
+        record, file = pretrained.record(name), pretrained.path(name)
+        assert file.parent == pretrained.DIRECTORY and file.name == record["file"]
+        assert file.stat().st_size == record["size_bytes"]
+        assert hashlib.sha256(file.read_bytes()).hexdigest() == record["sha256"]
+        assert record["test_metrics"] and set(record["headline"]) <= set(record["test_metrics"])
+        total += file.stat().st_size
+    assert total < 5e6
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_shipped_file_holds_weights_and_settings_only(name):
+    checkpoint = torch.load(pretrained.path(name), map_location="cpu", weights_only=True)
+    assert {"state_dict", "hyper_parameters", "task", "datamodule_hyper_parameters"} <= set(checkpoint)
+    assert set(checkpoint) <= set(pretrained.KEPT_KEYS)  # no optimizer, scheduler, loop or callback state
+    assert checkpoint["state_dict"] and all(key.startswith("net.") for key in checkpoint["state_dict"])
+    model = load_model(f"pretrained:{name}")
+    assert type(model) is SHIPPED[name] and not model.training
+    record = pretrained.record(name)
+    assert (model.config.num_layers, model.config.num_heads) == SIZES[name]
+    assert (record["architecture"], record["layers"], record["heads"]) == (model.config.arch, *SIZES[name])
+    assert record["parameters"] == sum(p.numel() for p in model.parameters())
+    assert tokenizer_from_checkpoint(checkpoint).vocab == model.vocab
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_shipped_model_reproduces_its_recorded_test_metrics(name):
+    measured = pretrained.evaluate(name)
+    recorded = pretrained.record(name)["test_metrics"]
+    assert measured.keys() == recorded.keys()
+    for key, value in recorded.items():
+        assert measured[key] == pytest.approx(value, abs=1e-4), key
+    metric, bound, higher_is_better = GOOD_ENOUGH[name]
+    assert measured[metric] >= bound if higher_is_better else measured[metric] <= bound
+
+
+def test_the_recorded_metrics_are_what_train_py_printed_for_the_run():
+    for name in SHIPPED:
+        record = pretrained.record(name)
+        for key, value in record["train_test_metrics"].items():
+            assert record["test_metrics"][key] == pytest.approx(value, abs=1e-4), (name, key)
+
+
+def test_a_shipped_model_answers_like_its_task():
+    """The reverse model reverses a test sequence, the sort model sorts one (through the task rebuilt from
+    the file's record), the language model writes the characters it was trained on."""
+    checkpoint = read_checkpoint("pretrained:reverse")
+    (source,), labels = task_from_checkpoint(checkpoint, "pretrained:reverse").example(3, split="test")
+    with torch.no_grad():
+        assert torch.equal(load_model("pretrained:reverse")(source).argmax(-1), labels)
+    model, checkpoint = load_model("pretrained:sort"), read_checkpoint("pretrained:sort")
+    tokenizer = tokenizer_from_checkpoint(checkpoint)
+    prompt = task_from_checkpoint(checkpoint).prompt(tokenizer.encode("3 1 3 9 1 7 0"))
+    output = model.generate(prompt)[0].tolist()
+    assert tokenizer.decode(output[: output.index(model.eos_id)]) == "0 1 3 7 9"
+    model = load_model("pretrained:shakespeare")
+    tokenizer = tokenizer_from_checkpoint(read_checkpoint("pretrained:shakespeare"))
+    text = tokenizer.decode(model.generate(tokenizer.encode("ROMEO:").unsqueeze(0), 40, temperature=0)[0])
+    assert text.startswith("ROMEO:") and len(text) == 46
+
+
+def test_lightning_restores_a_shipped_file_too():
+    restored = TransformerPredictor.load_from_checkpoint(pretrained.path("reverse_2l4h"), weights_only=True)
+    x = torch.randint(4, 14, (3, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(restored.eval()(x), load_model("pretrained:reverse_2l4h")(x))
+
+
+def test_an_unknown_name_is_a_one_line_error_naming_the_valid_ones():
+    for location in ("pretrained:nope", "pretrained:"):
+        with pytest.raises(ConfigError) as info:
+            load_model(location)
+        message = str(info.value)
+        assert "\n" not in message and message.startswith("unknown pretrained model")
+        assert all(name in message for name in SHIPPED) and pretrained.LIST_COMMAND in message
+    with pytest.raises(ConfigError, match=r"does not exist.*pretrained:<name>"):
+        read_checkpoint(ROOT / "no-such.ckpt")
+
+
+def test_strip_checkpoint_keeps_the_model_and_drops_training_state(tmp_path):
+    weights = torch.arange(12.0).reshape(3, 4)
+    checkpoint = {
+        "state_dict": {"net.embed.weight": weights[:, :2], "val_loss_mean.mean_value": torch.tensor(1.0)},
+        "hyper_parameters": {"net": {"arch": "encoder"}, "lr": 1e-3},
+        "task": {"class": "transformer_lab.data.reverse.ReverseDataModule", "separator": " "},
+        "datamodule_hyper_parameters": {"path": str(pretrained.CHECKOUT / "data" / "t.txt"), "seed": 0},
+        "optimizer_states": [{"state": {0: {"exp_avg": torch.ones(3, 4)}}}],
+        "lr_schedulers": [{}],
+        "callbacks": {"BestCheckpoint": {}},
+        "loops": {},
+        "epoch": 3,
+        "global_step": 10,
+        "pytorch-lightning_version": "2.6.6",
+    }
+    stripped = pretrained.strip_checkpoint(checkpoint)
+    assert set(stripped) == {
+        "state_dict",
+        "hyper_parameters",
+        "task",
+        "datamodule_hyper_parameters",
+        "pytorch-lightning_version",
+    }
+    assert list(stripped["state_dict"]) == ["net.embed.weight"]
+    assert stripped["state_dict"]["net.embed.weight"].is_contiguous()
+    assert stripped["datamodule_hyper_parameters"] == {"path": "data/t.txt", "seed": 0}
+    torch.save(stripped, tmp_path / "m.ckpt")
+    assert torch.load(tmp_path / "m.ckpt", weights_only=True)["hyper_parameters"]["lr"] == 1e-3
+    with pytest.raises(ConfigError, match="no task"):
+        pretrained.strip_checkpoint({"state_dict": {}, "hyper_parameters": {}})
+
+
+def test_the_list_shows_every_model_with_its_metrics_and_command():
+    result = run_cli("-m", "transformer_lab.pretrained", timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for name in SHIPPED:
+        (line,) = [line for line in lines if line.startswith(f"{name} ")]
+        assert pretrained.headline(name) in line and line.endswith(pretrained.command(name))
+    assert "test/bpc" in pretrained.headline("shakespeare") and "1.0000" in pretrained.headline("reverse")
+    error = run_cli("-m", "transformer_lab.pretrained", "nope", timeout=60)
+    assert error.returncode == 2 and error.stderr.startswith("error: unknown pretrained model 'nope'")
+    assert len(error.stderr.strip().splitlines()) == 1
+
+
+def test_the_list_and_the_retrain_script_answer_without_importing_torch():
+    code = (
+        "import sys, contextlib, io\n"
+        "from transformer_lab.pretrained.__main__ import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main([])\n"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr
+    help_text = run_cli("scripts/pretrain.py", "--help", timeout=60)
+    assert help_text.returncode == 0 and "--from-run" in help_text.stdout
+    error = run_cli("scripts/pretrain.py", "revers", timeout=60)
+    assert error.returncode == 2 and error.stderr.startswith("error: unknown pretrained model 'revers'")
+
+
+def test_sample_script_maps_a_source_with_a_pretrained_model():
+    digits = "3 1 4 1 5 9 2 6 5 3 5 8 9 7 9 3"
+    result = run_cli("scripts/sample.py", "ckpt_path=pretrained:reverse", f"source={digits}", timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{digits} -> {' '.join(reversed(digits.split()))}"
