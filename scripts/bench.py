@@ -42,7 +42,7 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    check, every validation with its callbacks, checkpoints, the end-of-training head ablation) over the
    training steps' own tokens/s (`on_train_batch_start` -> `on_train_batch_end` summed: the bare loop's
    time in the same run); start-up before the fit and the test after it are reported separately. Also
-   each callback hook's total time in that run. (--quick: 30 steps, validating every 10.)
+   each callback hook's total time in that run. (--quick: 20 steps, validating every 10.)
 8. The attention explorer (`--phases explorer`): the page of `scripts/explore.py` for an untrained encoder
    of 8 layers x 8 heads over 256 tokens (the issue's large case; bidirectional maps compress least):
    its size in MB (target < 5), the time to gather its data in Python, and in headless Chromium (when
@@ -113,7 +113,13 @@ QUICK = Mode(
     512,
     ("experiment=reverse_tiny", QUIET),
     ("data.train_size=512", "data.val_size=64", "data.test_size=64", "trainer.max_epochs=1", QUIET),
-    ("trainer.max_steps=30", "data.batches_per_epoch=10", "data.val_batches=4", QUIET),
+    (
+        "trainer.max_steps=20",
+        "data.batches_per_epoch=10",
+        "data.val_batches=2",
+        "callbacks.text_samples.max_new_tokens=20",
+        QUIET,
+    ),
     explorer_shape=(2, 2, 32),
 )
 

@@ -64,9 +64,9 @@ def test_quick_benchmark_produces_every_figure(tmp_path):
     assert "| Lightning / bare loop |" in result.stdout
     for phase in ("training", "generation", "reverse", "encoder_decoder", "end_to_end"):
         assert f"[bench] {phase}" in result.stderr
-    # the whole run: 30 steps of 12 x 64 tokens, validating every 10; the fit holds its training steps
-    assert 0 < figures["end_to_end_over_loop"] <= 1 and figures["end_to_end_train_tokens"] == 30 * 12 * 64
-    assert figures["end_to_end_validations"] == 3
+    # the whole run: 20 steps of 12 x 64 tokens, validating every 10; the fit holds its training steps
+    assert 0 < figures["end_to_end_over_loop"] <= 1 and figures["end_to_end_train_tokens"] == 20 * 12 * 64
+    assert figures["end_to_end_validations"] == 2
     assert (
         figures["end_to_end_step_seconds"] + figures["end_to_end_validation_seconds"]
         <= (figures["end_to_end_fit_seconds"])
