@@ -1,11 +1,13 @@
 """An interactive attention explorer in one self-contained HTML file (offline; no server).
 
     from transformer_lab import load_model
+    from transformer_lab.data.tokenizer import Tokenizer
     from transformer_lab.explorer import explore
 
     model = load_model("saved_models/reverse/<run>/checkpoints/best.ckpt")
-    page = explore(model, [3, 1, 4, 1, 5, 9, 2, 6])     # the HTML as a str; Jupyter shows it inline
-    page.save("explorer.html")                            # open it in any browser, from disk
+    digits = Tokenizer(model.vocab, separator=" ")
+    page = explore(model, digits.encode("3 1 4 1 5 9 2 6"))  # the HTML as a str; Jupyter shows it inline
+    page.save("explorer.html")                                # open it in any browser, from disk
 
 The page has a head view (hover a token: lines to the tokens it attends to, one colour per head), a
 model view (every layer x head as a small heatmap), attention rollout and gradient-weighted relevance
