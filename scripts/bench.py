@@ -803,7 +803,11 @@ def main(argv: list[str] | None = None) -> dict:
     phases = args.phases.split(",")
     unknown = sorted(set(phases) - set(PHASES))
     if unknown or ("generation" in phases and "training" not in phases):
-        sys.exit(f"error: --phases={args.phases}: choose from {','.join(PHASES)}; generation needs training")
+        print(
+            f"error: --phases={args.phases}: choose from {','.join(PHASES)}; generation needs training",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     if args.threads:
         torch.set_num_threads(args.threads)
     mode_name = "quick" if args.quick else "full"
