@@ -8,7 +8,8 @@ Every run directory under the given directories (a directory with `.hydra/` and 
 curve, labelled with the command-line overrides it ran with (the swept values). `metric=` is any scalar the
 runs logged (train/loss, train/acc, val/loss, val/acc, val/seq_acc, val/bpc, train/lr, ...; default
 train/loss); the x axis is the optimisation step. Writes `out=` (default curves.png) and prints, per run,
-the metric's first and last values.
+the metric's first and last values. Losses are drawn on a log scale (the last digits of a loss that goes to
+zero are where runs differ).
 """
 
 from pathlib import Path
@@ -91,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, (steps, values) in zip(names, curves.values(), strict=True):
         ax.plot(steps, values, label=name, linewidth=1.2)
         print(f"{name}: {metric} {values[0]:.4f} at step {steps[0]} -> {values[-1]:.4f} at step {steps[-1]}")
+    if metric.endswith("loss") and all(v > 0 for _, values in curves.values() for v in values):
+        ax.set_yscale("log")
     ax.set_xlabel("optimisation step")
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
