@@ -331,7 +331,10 @@ def main(cfg: DictConfig) -> float | None:
     except Exception as exc:
         error = user_error(exc)
         if error is None:
+            # the traceback in train.log too (Hydra prints it on the console)
+            log.exception("training failed", extra={"console": False})
             raise
+        log.info(f"error: {error}", extra={"console": False})  # printed below, once
         if multirun:
             raise SweepJobError(f"error: {error}") from None
         _remove_unused_run_dir(Path(HydraConfig.get().runtime.output_dir))
