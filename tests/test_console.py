@@ -209,3 +209,10 @@ def test_progress_bar_off_a_terminal_unless_asked_for(monkeypatch, requested, en
     )
     bar_only_where_watched(trainer, requested)
     assert (trainer.progress_bar_callback is not None and trainer.progress_bar_callback.is_enabled) == enabled
+
+
+def test_interpret_checks_methods_without_importing_the_analyses():
+    from tests.conftest import load_script
+    from transformer_lab import interventions
+
+    assert load_script("interpret").METHODS == interventions.ABLATIONS
