@@ -150,7 +150,7 @@ def test_model_summary_names_the_model_and_counts_shared_weights_once():
     task = SortDataModule(train_size=8, val_size=8, test_size=8)
     seq2seq = EncoderDecoder(ModelConfig(arch="encoder_decoder", num_layers=2, **task.model_settings()))
     assert console.model_summary(seq2seq).startswith(
-        "Model: EncoderDecoder (2+2 layers (encoder+decoder), 1 head,"
+        "Model: EncoderDecoder (2 encoder + 2 decoder layers, 1 head,"
     )
     encoder = encoder_classifier()
     encoder.embed.weight.requires_grad_(False)

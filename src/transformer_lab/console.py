@@ -145,7 +145,7 @@ def model_summary(net: nn.Module) -> str:
     total = sum(p.numel() for p in net.parameters())
     trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
     layers = config.num_layers
-    stacks = f"{layers}+{layers} layers (encoder+decoder)" if config.arch == "encoder_decoder" else None
+    stacks = f"{layers} encoder + {layers} decoder layers" if config.arch == "encoder_decoder" else None
     shape = ", ".join(
         [
             stacks or f"{layers} layer{'s' * (layers != 1)}",
