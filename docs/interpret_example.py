@@ -1,14 +1,12 @@
 """The analysis example of docs/interpret.md: ablation, patching, logit lens and faithfulness from Python.
-
-python docs/interpret_example.py saved_models/reverse/<run>/checkpoints/best.ckpt
+Run it: `python docs/interpret_example.py` (tests/test_docs.py does). Any 2-layer reverse checkpoint works
+in place of the ready-made one.
 """
-
-import sys
 
 from transformer_lab import faithfulness, interventions, lens, load_model
 from transformer_lab.checkpoints import read_checkpoint, task_from_checkpoint
 
-path = sys.argv[1]
+path = "pretrained:reverse_2l4h"  # or e.g. saved_models/reverse/<run>/checkpoints/best.ckpt
 model, task = load_model(path), task_from_checkpoint(read_checkpoint(path))
 inputs, labels = task.examples(256)  # (model inputs, labels) of the first 256 test examples
 print(interventions.ablate_heads(model, inputs, labels, method="mean").table())
