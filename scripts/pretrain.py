@@ -3,6 +3,7 @@
     python scripts/pretrain.py                       # every model of models.json, one after the other
     python scripts/pretrain.py reverse sort          # only these
     python scripts/pretrain.py reverse --from-run saved_models/reverse/<run>   # package a finished run
+    python scripts/pretrain.py --remeasure           # only measure the shipped files again
 
 For each model: `python -m transformer_lab.train <its overrides> trainer.accelerator=cpu` (train.py, in a
 subprocess, in a temporary run directory or under --log-dir), then its best.ckpt is stripped to the
@@ -43,6 +44,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="package this finished train.py run directory instead of training (one name only; the run's "
         "overrides must be the model's)",
     )
+    parser.add_argument(
+        "--remeasure",
+        action="store_true",
+        help="do not train: measure the shipped files again and update their metrics in models.json",
+    )
     args = parser.parse_args(argv)
     for name in args.names:
         pretrained.record(name)  # an unknown name is a one-line error
@@ -63,7 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     for number, name in enumerate(args.names, 1):
         print(f"[{number}/{len(args.names)}] {name}: {pretrained.command(name)}", flush=True)
         model_start = time.perf_counter()
-        if args.from_run is not None:
+        if args.remeasure:
+            remeasure(name)
+        elif args.from_run is not None:
             run_dir = Path(args.from_run)
             check_run(name, run_dir)
             package(name, run_dir)
@@ -76,8 +84,9 @@ def main(argv: list[str] | None = None) -> None:
             f"[{number}/{len(args.names)}] {name}: done in {time.perf_counter() - model_start:.0f} s",
             flush=True,
         )
-    print(f"Retrained {', '.join(args.names)} in {time.perf_counter() - started:.0f} s; list: "
-          f"{pretrained.LIST_COMMAND}")  # fmt: skip
+    verb = "Measured" if args.remeasure else "Retrained"
+    elapsed = time.perf_counter() - started
+    print(f"{verb} {', '.join(args.names)} in {elapsed:.0f} s; list: {pretrained.LIST_COMMAND}")
 
 
 def train(name: str, log_dir: Path) -> Path:
@@ -132,7 +141,8 @@ def package(name: str, run_dir: Path) -> None:
     try:
         torch.save(stripped, tmp)
         print(f"  measuring {target.name} ({tmp.stat().st_size / 1e6:.2f} MB) on the test split", flush=True)
-        metrics = pretrained.evaluate(str(tmp))
+        measured = measure(tmp)
+        metrics = measured["test_metrics"]
         model = load_model(tmp)
         os.replace(tmp, target)
     finally:
@@ -152,7 +162,7 @@ def package(name: str, run_dir: Path) -> None:
         heads=net.num_heads,
         model_dim=net.model_dim,
         parameters=sum(p.numel() for p in model.parameters()),
-        test_metrics=metrics,
+        **measured,
         train_test_metrics=printed,
         evaluated_on=describe_test_split(stripped["datamodule_hyper_parameters"]),
         seed=config.get("seed"),
@@ -165,6 +175,26 @@ def package(name: str, run_dir: Path) -> None:
         size_bytes=target.stat().st_size,
         sha256=sha256(target),
     )
+    write_record(name, entry)
+
+
+def measure(file: Path) -> dict:
+    """The test metrics of a checkpoint file on its whole test split, and on the first batches the tests
+    re-measure (`check_metrics`)."""
+    return {
+        "test_metrics": pretrained.evaluate(str(file)),
+        "check_batches": pretrained.CHECK_BATCHES,
+        "check_metrics": pretrained.evaluate(str(file), limit_batches=pretrained.CHECK_BATCHES),
+    }
+
+
+def remeasure(name: str) -> None:
+    """Measure the shipped file again (after a change to the evaluation) and update its record."""
+    entry = pretrained.record(name)
+    before = entry.get("test_metrics", {})
+    entry.update(measure(pretrained.path(name)), measured=time.strftime("%Y-%m-%d"))
+    for key, value in entry["test_metrics"].items():
+        print(f"  {key:<14} {value:.6f}   (recorded {before.get(key, float('nan')):.6f})", flush=True)
     write_record(name, entry)
 
 

@@ -28,6 +28,9 @@ RECORDS = DIRECTORY / "models.json"
 CHECKOUT = DIRECTORY.parents[2]  # the repository root, when the package runs from a checkout (src/ layout)
 LIST_COMMAND = "python -m transformer_lab.pretrained"
 RETRAIN_COMMAND = "python scripts/pretrain.py"
+# The tests re-measure each model on the first CHECK_BATCHES batches of its test split (seconds on a CPU;
+# the whole split, 10,000 generated outputs for sort, takes minutes on a busy one).
+CHECK_BATCHES = 10
 # What a shipped file keeps of a Lightning checkpoint: what load_model, task_from_checkpoint,
 # tokenizer_from_checkpoint and TransformerPredictor.load_from_checkpoint read.
 KEPT_KEYS = (
@@ -132,10 +135,13 @@ def data_file(data_path: str | Path, data_root: str | Path | None = None) -> Pat
     return data_path
 
 
-def evaluate(location: str | Path, data_root: str | Path | None = None) -> dict[str, float]:
+def evaluate(
+    location: str | Path, data_root: str | Path | None = None, limit_batches: int | None = None
+) -> dict[str, float]:
     """The test metrics of a checkpoint (a name, `pretrained:<name>` or a file), measured as train.py
     measures them after training: the TransformerPredictor rebuilt from the checkpoint's hyperparameters
-    and weights, run by `Trainer.test` over the whole test split of the task rebuilt from its record.
+    and weights, run by `Trainer.test` over the whole test split of the task rebuilt from its record
+    (`limit_batches`: only its first batches, always the same ones; models.json's `check_metrics`).
 
     Needs the task's data where it has a file (shakespeare: `data/tinyshakespeare/input.txt`, found in the
     current directory or the checkout; `data_root` to say where); never downloads it.
@@ -173,6 +179,7 @@ def evaluate(location: str | Path, data_root: str | Path | None = None) -> dict[
             enable_progress_bar=False,
             enable_model_summary=False,
             enable_checkpointing=False,
+            limit_test_batches=1.0 if limit_batches is None else limit_batches,
         )
         results = trainer.test(predictor, datamodule=task, verbose=False)
     finally:
