@@ -120,16 +120,6 @@ def train_config(tmp_path):
     return lambda *overrides: compose_train_config(tmp_path, *overrides)
 
 
-@pytest.fixture(scope="session")
-def trained_sort(tmp_path_factory) -> tuple[Path, dict]:
-    """`python train.py task=sort` (the encoder-decoder, with the settings the task ships), trained once
-    per test session: its run directory and metrics."""
-    from transformer_lab.train import train
-
-    run_dir = tmp_path_factory.mktemp("sort")
-    return run_dir, train(compose_train_config(run_dir, "task=sort", base=COMMON))
-
-
 def fit_with_callback(
     tmp_path: Path,
     task: TaskDataModule,
