@@ -22,7 +22,6 @@ FEW_STEPS = [
     "trainer.max_steps=-1",
     *COMMON,
 ]
-OUTPUT_KEYS = ("out", "out_dir")
 
 
 def page_steps() -> list[tuple[str, str, str | None]]:
@@ -39,11 +38,6 @@ def page_steps() -> list[tuple[str, str, str | None]]:
             after = blocks[i + 1] if i + 1 < len(blocks) and blocks[i + 1][0] == "text" else None
             steps.append(("python", body, after[1] if after else None))
     return steps
-
-
-def in_tmp(value: str, tmp: Path) -> str:
-    """Paths the page writes or reads under saved_models/ or docs/ live under `tmp` in the test."""
-    return str(tmp / value) if value.startswith(("saved_models/", "docs/")) else value
 
 
 def run_training(args: list[str], tmp: Path) -> None:
@@ -73,11 +67,7 @@ def run_command(command: str, tmp: Path) -> None:
         return
     script = re.fullmatch(r"scripts/(\w+)\.py", words[1])
     assert script, f"the page runs {words[1]}: teach this test how to run it"
-    args = []
-    for word in words[2:]:
-        key, sep, value = word.partition("=")
-        args.append(f"{key}={in_tmp(value, tmp)}" if sep else in_tmp(word, tmp))
-    load_script(script.group(1)).main(args)
+    load_script(script.group(1)).main(words[2:])  # in the temporary working directory: so are its files
 
 
 def test_the_page_has_an_answer_for_each_lab_question():
@@ -91,7 +81,7 @@ def test_the_page_has_an_answer_for_each_lab_question():
 
 
 def test_every_command_and_example_of_the_page_runs(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the Python blocks read saved_models/... relative to the working directory
+    monkeypatch.chdir(tmp_path)  # what the page writes and reads (saved_models/, explain_out/, ...) is in tmp
     for kind, code, expected in page_steps():
         if kind == "bash":
             run_command(code, tmp_path)
