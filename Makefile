@@ -11,7 +11,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
 train: $(STAMP)

@@ -14,7 +14,7 @@ zero are where runs differ).
 
 from pathlib import Path
 
-from transformer_lab.cli import run
+from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.errors import ConfigError, require
 
 
@@ -63,9 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("args", nargs="+", metavar="DIR | metric=NAME | out=FILE")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv).args
     options = {a.partition("=")[0]: a.partition("=")[2] for a in args if "=" in a}

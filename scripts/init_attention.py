@@ -23,7 +23,7 @@ maps of the first example to `out_dir=` (default init_attention_out/) as attenti
 import math
 from pathlib import Path
 
-from transformer_lab.cli import run
+from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.errors import require
 
 OWN_KEYS = ("out_dir", "num_examples")
@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "overrides", nargs="*", metavar="key=value", help="train.py overrides, out_dir=, num_examples="
     )

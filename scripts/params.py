@@ -12,7 +12,7 @@ sinusoidal positional encoding is a fixed table, not a parameter.
 
 from collections import defaultdict
 
-from transformer_lab.cli import run
+from transformer_lab.cli import ArgumentParser, run
 
 KEYS_HELP = "train.py overrides, e.g. model.model_dim=100 model.num_heads=4 task=sort"
 
@@ -101,9 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", metavar="key=value", help=KEYS_HELP)
     overrides = parser.parse_args(sys.argv[1:] if argv is None else argv).overrides
     from transformer_lab.compose import compose_config, task_and_model

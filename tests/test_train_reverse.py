@@ -104,6 +104,7 @@ BAD_INPUTS = [
     ),
     (["data.min_seq_len=20"], "data.min_seq_len=20 must be an integer from 1 to data.seq_len=16"),
     (["ckpt_path=/nonexistent/last.ckpt"], "ckpt_path=/nonexistent/last.ckpt does not exist"),
+    (["ckpt_path=pretrained:reverse"], "is a ready-made model: it holds weights but no optimizer state"),
     (["trainer.accelerator=cuda"], "no CUDA GPU is available"),
     (["trainer.accelerator=tpu9"], "trainer.accelerator=tpu9 is unknown"),
     (["trainer.accelerator=mps"], "trainer.accelerator=mps but Apple's MPS backend is not available"),

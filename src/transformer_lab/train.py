@@ -131,6 +131,11 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
         log.info(f"Resuming from {ckpt_path}")
     if ckpt_path is not None:
         require(
+            not str(ckpt_path).startswith("pretrained:"),
+            f"ckpt_path={ckpt_path} is a ready-made model: it holds weights but no optimizer state, so no "
+            "run can resume from it; train your own run (python train.py ...) and resume that",
+        )
+        require(
             Path(ckpt_path).is_file(),
             f"ckpt_path={ckpt_path} does not exist; pass a checkpoint such as <run>/checkpoints/last.ckpt",
         )
