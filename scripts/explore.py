@@ -75,24 +75,13 @@ def expected_output(task, source_ids) -> list[int]:
 def from_source(checkpoint: dict, model, args: dict[str, str]) -> tuple[list[int], list[int], str]:
     """`source=`: the tokens to explain and their labels, laid out for the model's architecture as
     scripts/sample.py's translate does (a decoder-only model: source <sep> and what it generates)."""
-    from transformer_lab.checkpoints import task_from_checkpoint, tokenizer_from_checkpoint
-    from transformer_lab.data.seq2seq import SPECIALS, Seq2SeqDataModule
+    from transformer_lab.checkpoints import source_from_checkpoint
     from transformer_lab.errors import as_config_error
     from transformer_lab.nn import DecoderLM, EncoderDecoder
 
     path = args["ckpt_path"]
-    task = task_from_checkpoint(checkpoint, path)
-    require(
-        isinstance(task, Seq2SeqDataModule),
-        f"source= needs a sequence-to-sequence task (reverse, sort); {path} was trained on "
-        f"{type(task).__name__}: give your input with text= instead",
-    )
-    tokenizer = tokenizer_from_checkpoint(checkpoint, path)
-    source_ids = tokenizer.encode(args["source"])
-    specials = [token for token in tokenizer.split(args["source"]) if token in SPECIALS]
-    require(
-        not specials,
-        f"source={args['source']!r} holds {', '.join(specials)}; write only the task's symbols, e.g. 3 1 3 9",
+    task, _, source_ids = source_from_checkpoint(
+        checkpoint, path, args["source"], "give your input with text= instead"
     )
     with as_config_error():
         prompt = task.prompt(source_ids)  # checks the length; source <sep> for a decoder-only model

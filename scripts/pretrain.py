@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from transformer_lab import pretrained
-from transformer_lab.errors import ConfigError, require
+from transformer_lab.cli import run
+from transformer_lab.errors import require
 
 # Settings of the run that are not the model's: where it writes, and the device (the shipped models are
 # trained on the CPU, so the same command gives the same model on any machine).
@@ -228,8 +229,4 @@ def write_record(name: str, entry: dict) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run(main)

@@ -101,23 +101,12 @@ def translate(checkpoint: dict, model: TokenModel, args: dict[str, str]) -> None
     position by an encoder."""
     import torch
 
-    from transformer_lab.checkpoints import task_from_checkpoint, tokenizer_from_checkpoint
-    from transformer_lab.data.seq2seq import SPECIALS, Seq2SeqDataModule
+    from transformer_lab.checkpoints import source_from_checkpoint
     from transformer_lab.nn import DecoderLM, EncoderClassifier, EncoderDecoder
 
     path = args["ckpt_path"]
-    task = task_from_checkpoint(checkpoint, path)
-    require(
-        isinstance(task, Seq2SeqDataModule),
-        f"source= needs a sequence-to-sequence task (reverse, sort); {path} was trained on "
-        f"{type(task).__name__}: continue text with prompt= instead",
-    )
-    tokenizer = tokenizer_from_checkpoint(checkpoint, path)
-    source_ids = tokenizer.encode(args["source"])
-    specials = [token for token in tokenizer.split(args["source"]) if token in SPECIALS]
-    require(
-        not specials,
-        f"source={args['source']!r} holds {', '.join(specials)}; write only the task's symbols, e.g. 3 1 3 9",
+    task, tokenizer, source_ids = source_from_checkpoint(
+        checkpoint, path, args["source"], "continue text with prompt= instead"
     )
     beam_size = to_number(args, "beam_size", int, 1)
     require(

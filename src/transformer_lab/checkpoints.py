@@ -121,3 +121,25 @@ def task_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
         return cls(**checkpoint.get("datamodule_hyper_parameters", {}))
     except TypeError as exc:
         raise ConfigError(f"{path}: its task {name} cannot be rebuilt here ({exc}); {RETRAIN}") from exc
+
+
+def source_from_checkpoint(checkpoint: dict, path: str | Path, source: str, instead: str):
+    """A sequence-to-sequence task's input (`source="3 1 3 9"`, written as the task writes it) for a
+    checkpoint: (its task, its tokenizer, the source's token ids). A checkpoint of another task, or a source
+    holding special tokens, is a one-line ConfigError; `instead` says what to use then."""
+    from transformer_lab.data.seq2seq import SPECIALS, Seq2SeqDataModule
+
+    task = task_from_checkpoint(checkpoint, path)
+    require(
+        isinstance(task, Seq2SeqDataModule),
+        f"source= needs a sequence-to-sequence task (reverse, sort); {path} was trained on "
+        f"{type(task).__name__}: {instead}",
+    )
+    tokenizer = tokenizer_from_checkpoint(checkpoint, path)
+    source_ids = tokenizer.encode(source)
+    specials = [token for token in tokenizer.split(source) if token in SPECIALS]
+    require(
+        not specials,
+        f"source={source!r} holds {', '.join(specials)}; write only the task's symbols, e.g. 3 1 3 9",
+    )
+    return task, tokenizer, source_ids

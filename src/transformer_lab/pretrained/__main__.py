@@ -14,10 +14,9 @@ Retrain them all: python scripts/pretrain.py
 
 import argparse
 import json
-import sys
 
 from transformer_lab import pretrained
-from transformer_lab.errors import ConfigError
+from transformer_lab.cli import run
 
 COLUMNS = ("name", "architecture", "layers x heads", "parameters", "test metrics", "trained by")
 
@@ -90,11 +89,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
-    except BrokenPipeError:
-        sys.stderr.close()
-        sys.exit(0)
+    run(main)
