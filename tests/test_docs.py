@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.pages import page_steps, run_command
 
 
 def _python_block(page: str, starting_with: str) -> str:
@@ -66,3 +67,16 @@ def test_the_docs_analysis_example_is_docs_interpret_example():
     assert "acc with one head mean-ablated" in out and "without L1H0 and L1H2: 0.62" in out
     assert "restored by patching each head: [[0.01, 0.01, 0.02, 0.03], [0.1, 0.18, 0.32, 0.16]]" in out
     assert "accuracy read after the embedding and each block:" in out and "random" in out
+
+
+def test_every_command_of_the_readme_works(tmp_path, monkeypatch):
+    """The README's commands as a user types them (training with a few steps), in a temporary directory;
+    `make`, `tensorboard` and `source` are the shell's."""
+    monkeypatch.chdir(tmp_path)
+    commands = [code for kind, code, _ in page_steps(ROOT / "README.md") if kind == "bash"]
+    assert len(commands) >= 8
+    for command in commands:
+        run_command(command, tmp_path)
+    assert (tmp_path / "explorer.html").stat().st_size > 10_000
+    assert (tmp_path / "interpret_out" / "heads.json").is_file()
+    assert (tmp_path / "explain_out" / "attention_grid.png").is_file()

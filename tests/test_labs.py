@@ -4,77 +4,19 @@ output must be the text block under it unless it reads a run that the page train
 
 import contextlib
 import io
-import itertools
 import re
-import shlex
-from pathlib import Path
 
-from tests.conftest import COMMON, ROOT, compose_train_config, load_script
-from transformer_lab.train import train
+from tests.conftest import ROOT
+from tests.pages import page_steps, run_command
 
 PAGE = ROOT / "docs" / "labs.md"
-# A few steps of any task: 4 training batches, 2 validation and test batches.
-FEW_STEPS = [
-    "trainer.limit_train_batches=4",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.max_epochs=1",
-    "trainer.max_steps=-1",
-    *COMMON,
-]
-
-
-def page_steps() -> list[tuple[str, str, str | None]]:
-    """("bash", command, None) and ("python", code, the text block right after it or None), in order."""
-    blocks = re.findall(r"```(\w+)\n(.*?)```", PAGE.read_text(), re.S)
-    steps = []
-    for i, (language, body) in enumerate(blocks):
-        if language == "bash":
-            for line in body.replace("\\\n", " ").splitlines():
-                command = line.split(" #")[0].strip()
-                if command.startswith("python "):
-                    steps.append(("bash", command, None))
-        elif language == "python":
-            after = blocks[i + 1] if i + 1 < len(blocks) and blocks[i + 1][0] == "text" else None
-            steps.append(("python", body, after[1] if after else None))
-    return steps
-
-
-def run_training(args: list[str], tmp: Path) -> None:
-    """`python train.py [-m] args` with a few steps: a sweep runs every combination of its comma-separated
-    values, job i in <sweep dir>/i with the .hydra/overrides.yaml Hydra would write."""
-    multirun = "-m" in args
-    args = [a for a in args if a != "-m"]
-    dirs = [a.partition("=")[2] for a in args if a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
-    args = [a for a in args if not a.startswith("hydra.")]
-    run_dir = tmp / (dirs[0] if dirs else "saved_models/run")
-    if not multirun:
-        train(compose_train_config(run_dir, *args, base=FEW_STEPS))
-        return
-    choices = [[f"{a.partition('=')[0]}={v}" for v in a.partition("=")[2].split(",")] for a in args]
-    for job, overrides in enumerate(itertools.product(*choices)):
-        job_dir = run_dir / str(job)
-        train(compose_train_config(job_dir, *overrides, base=FEW_STEPS))
-        (job_dir / ".hydra").mkdir(exist_ok=True)
-        (job_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-
-
-def run_command(command: str, tmp: Path) -> None:
-    words = shlex.split(command)
-    assert words[0] == "python", command
-    if words[1] == "train.py":
-        run_training(words[2:], tmp)
-        return
-    script = re.fullmatch(r"scripts/(\w+)\.py", words[1])
-    assert script, f"the page runs {words[1]}: teach this test how to run it"
-    load_script(script.group(1)).main(words[2:])  # in the temporary working directory: so are its files
 
 
 def test_the_page_has_an_answer_for_each_lab_question():
     text = PAGE.read_text()
     assert len(re.findall(r"^## \d\. ", text, re.M)) == 8
     assert text.count("**Answer.**") == 7  # the 8th section draws its answer
-    steps = page_steps()
+    steps = page_steps(PAGE)
     assert sum(kind == "bash" for kind, _, _ in steps) >= 20
     for image in re.findall(r"\]\((labs/[^)]+\.png)\)", text):
         assert (PAGE.parent / image).is_file(), image
@@ -82,7 +24,7 @@ def test_the_page_has_an_answer_for_each_lab_question():
 
 def test_every_command_and_example_of_the_page_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # what the page writes and reads (saved_models/, explain_out/, ...) is in tmp
-    for kind, code, expected in page_steps():
+    for kind, code, expected in page_steps(PAGE):
         if kind == "bash":
             run_command(code, tmp_path)
             continue
