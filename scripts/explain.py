@@ -43,21 +43,12 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
 
 def model_input(checkpoint: dict, model: TokenModel, args: dict[str, str]) -> torch.Tensor:
     """Token ids [1, T]: the user's `text=`, or test example `index=` of the checkpoint's task."""
-    from transformer_lab.checkpoints import task_from_checkpoint, tokenizer_from_checkpoint
+    from transformer_lab.checkpoints import example_from_checkpoint, text_from_checkpoint
 
     path = args["ckpt_path"]
     if "text" in args:
-        text = args["text"]
-        require(len(text.strip()) > 0, 'text= is empty; pass some input, e.g. text="ROMEO:"')
-        ids = tokenizer_from_checkpoint(checkpoint, path).encode(text)
-        require(
-            len(ids) <= model.max_len,
-            f"text has {len(ids)} tokens, more than the model's {model.max_len} positions; shorten it",
-        )
-        return ids.unsqueeze(0)
-    index = args.get("index", "0")
-    require(index.isdigit(), f"index={index} is not a test example; use an integer >= 0")
-    inputs, _ = task_from_checkpoint(checkpoint, path).example(int(index), split="test")
+        return text_from_checkpoint(checkpoint, path, args["text"], model.max_len).unsqueeze(0)
+    inputs, _ = example_from_checkpoint(checkpoint, path, args.get("index", "0"))
     tokens = inputs[0]
     return tokens if model.pad_id is None else tokens[:, tokens[0] != model.pad_id]  # without padding
 
@@ -81,14 +72,6 @@ def most_relevant_table(
             cells.append("-" if j < 0 else f"{j:>3} {tokens[j]!r:>5} {float(matrix[t, j]):.2f}")
         lines.append(f"{t:>6} {pred!r:>5} | {cells[0]:<17} | {cells[1]}")
     return "\n".join(lines)
-
-
-def off_diagonal_max(matrix: torch.Tensor) -> float:
-    """Colour-scale cap: a high quantile of the off-diagonal values (`plots.colour_cap`), so the diagonal
-    (each token relying on itself, via the residual path) and single outlying cells saturate."""
-    from transformer_lab import plots
-
-    return plots.colour_cap(matrix)
 
 
 def explain_checkpoint(args: dict[str, str]) -> None:
@@ -117,15 +100,9 @@ def explain_encoder_decoder(model: EncoderDecoder, source: torch.Tensor, out_dir
         output = model.generate(source)
     target = torch.cat([torch.full_like(output[:, :1], model.bos_id), output[:, :-1]], dim=1)
     maps = explain.encoder_decoder_maps(model, source, target)
-    # each output token's relevance as shares of 1 over the source: rows are comparable across outputs
-    # (a confident output's gradient, and so its relevance, is small in absolute terms)
-    rollout, relevance = (
-        m / m.sum(dim=-1, keepdim=True).clamp_min(1e-12)
-        for m in (
-            explain.encoder_decoder_rollout(maps)[0],
-            explain.source_relevance(model, source, target)[0],
-        )
-    )
+    # each output token's relevance as shares of 1 over the source: rows compare across outputs
+    rollout = explain.row_shares(explain.encoder_decoder_rollout(maps)[0])
+    relevance = explain.row_shares(explain.source_relevance(model, source, target)[0])
     vocab = model.vocab
     source_tokens = plots.token_labels([vocab[i] for i in source[0].tolist()])
     target_tokens = plots.token_labels([vocab[i] for i in target[0].tolist()])
@@ -177,11 +154,7 @@ def explain_stack(model: TokenModel, x: torch.Tensor, out_dir: Path) -> None:
         maps = explain.attention_maps(model, x)
         predicted_ids = model(x).argmax(dim=-1)[0].tolist()
     rollout = explain.attention_rollout(maps)[0]
-    relevance = explain.gradient_attention_all(model, x)[0]
-    # R = I + (what attention added): keep the attention part, each row as shares of 1, so that rows
-    # compare (a confident output's gradient, and so its relevance, is small in absolute terms)
-    relevance = relevance - torch.eye(relevance.size(-1), device=relevance.device)
-    relevance = relevance / relevance.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+    relevance = explain.attention_added(explain.gradient_attention_all(model, x)[0])
 
     vocab = model.vocab
     tokens = plots.token_labels([vocab[i] for i in x[0].tolist()])
@@ -213,7 +186,7 @@ def explain_stack(model: TokenModel, x: torch.Tensor, out_dir: Path) -> None:
             predicted,
             ylabel=outputs,
             colorbar_label="share of the output",
-            vmax=off_diagonal_max(rollout),
+            vmax=plots.colour_cap(rollout),
         ),
         "gradient_attention": plots.token_map(
             relevance,
@@ -222,7 +195,7 @@ def explain_stack(model: TokenModel, x: torch.Tensor, out_dir: Path) -> None:
             predicted,
             ylabel=outputs,
             colorbar_label="share of the output's relevance",
-            vmax=off_diagonal_max(relevance),
+            vmax=plots.colour_cap(relevance),
         ),
     }
     for name, figure in figures.items():

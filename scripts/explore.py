@@ -111,7 +111,7 @@ def from_source(checkpoint: dict, model, args: dict[str, str]) -> tuple[list[int
 
 def model_input(checkpoint: dict, model, args: dict[str, str]) -> tuple[list[int], list[int] | None, str]:
     """The token ids to explain, their labels (None where unknown) and a few words naming the input."""
-    from transformer_lab.checkpoints import task_from_checkpoint, tokenizer_from_checkpoint
+    from transformer_lab.checkpoints import example_from_checkpoint, text_from_checkpoint
     from transformer_lab.data.task import IGNORE_INDEX
     from transformer_lab.nn import DecoderLM, EncoderDecoder
 
@@ -120,18 +120,12 @@ def model_input(checkpoint: dict, model, args: dict[str, str]) -> tuple[list[int
         return from_source(checkpoint, model, args)
     if "text" in args:
         text = args["text"]
-        require(len(text.strip()) > 0, 'text= is empty; pass some input, e.g. text="ROMEO:"')
-        ids = tokenizer_from_checkpoint(checkpoint, path).encode(text).tolist()
-        require(
-            len(ids) <= model.max_len,
-            f"text has {len(ids)} tokens, more than the model's {model.max_len} positions; shorten it",
-        )
+        ids = text_from_checkpoint(checkpoint, path, text, model.max_len).tolist()
         # a language model's label at t is the next token of the text itself
         labels = [*ids[1:], IGNORE_INDEX] if isinstance(model, DecoderLM) else None
         return ids, labels, f'text "{text}"'
     index = args.get("index", "0")
-    require(index.isdigit(), f"index={index} is not a test example; use an integer >= 0")
-    inputs, labels = task_from_checkpoint(checkpoint, path).example(int(index), split="test")
+    inputs, labels = example_from_checkpoint(checkpoint, path, index)
     tokens, labels = inputs[0][0], labels[0]
     what = f"test example {index}"
     if isinstance(model, EncoderDecoder):  # the source, and the expected output (target <eos>)

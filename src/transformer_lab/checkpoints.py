@@ -123,6 +123,22 @@ def task_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
         raise ConfigError(f"{path}: its task {name} cannot be rebuilt here ({exc}); {RETRAIN}") from exc
 
 
+def text_from_checkpoint(checkpoint: dict, path: str | Path, text: str, max_len: int):
+    """`text=` (written as the checkpoint's task writes it) as token ids [T]; empty text, a character
+    outside the vocabulary or more than `max_len` tokens is a one-line ConfigError."""
+    require(len(text.strip()) > 0, 'text= is empty; pass some input, e.g. text="ROMEO:"')
+    ids = tokenizer_from_checkpoint(checkpoint, path).encode(text)
+    too_long = f"text has {len(ids)} tokens, more than the model's {max_len} positions; shorten it"
+    require(len(ids) <= max_len, too_long)
+    return ids
+
+
+def example_from_checkpoint(checkpoint: dict, path: str | Path, index: str):
+    """Test example `index=` of the checkpoint's task: (model inputs, labels), each a batch of one."""
+    require(index.isdigit(), f"index={index} is not a test example; use an integer >= 0")
+    return task_from_checkpoint(checkpoint, path).example(int(index), split="test")
+
+
 def source_from_checkpoint(checkpoint: dict, path: str | Path, source: str, instead: str):
     """A sequence-to-sequence task's input (`source="3 1 3 9"`, written as the task writes it) for a
     checkpoint: (its task, its tokenizer, the source's token ids). A checkpoint of another task, or a source

@@ -161,6 +161,19 @@ def gradient_attention_all(model: HookedModule, x: Tensor) -> Tensor:
     return torch.stack(rows, dim=1)
 
 
+def row_shares(matrix: Tensor) -> Tensor:
+    """Each row as shares of 1: rows of a relevance matrix then compare across outputs (a confident
+    output's gradient, and so its relevance, is small in absolute terms)."""
+    return matrix / matrix.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def attention_added(relevance: Tensor) -> Tensor:
+    """A self-attention relevance R = I + (what attention added), [..., T, T], as the part attention
+    added, each row as shares of 1 (`row_shares(R - I)`)."""
+    eye = torch.eye(relevance.size(-1), dtype=relevance.dtype, device=relevance.device)
+    return row_shares(relevance - eye)
+
+
 def most_relevant(relevance: Tensor, exclude_self: bool = True, causal: bool = False) -> Tensor:
     """Per output row, the input position with the largest relevance: [..., T, T] -> [..., T].
 

@@ -103,10 +103,11 @@ def _reference_means(
     return {name: z.mean(dim=0, keepdim=True) for name, z in cache.items()}
 
 
-def _ablation_hooks(
+def ablation_hooks(
     heads: list[tuple[int, int]], layers: list[str], means: dict[str, Tensor] | None
 ) -> list[tuple[str, Callable]]:
-    """One hook per layer that replaces the chosen heads' z by zero or by their mean."""
+    """`run_with_hooks` pairs: one hook per layer that replaces the chosen (layer index, head) pairs' z by
+    zero (`means=None`) or by their mean; `layers` are `attention_layers(model)`."""
     by_layer: dict[str, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(f"{layers[layer]}.hook_z", []).append(head)
@@ -176,7 +177,7 @@ def ablate_head_set(
     `attention_layers`) ablated at once: `zero`, or `mean` (over `reference`, default the inputs)."""
     layers = check_heads(model, heads)
     means = _reference_means(model, layers, method, reference or inputs)
-    return accuracy(_run(model, inputs, _ablation_hooks(heads, layers, means)), labels)
+    return accuracy(_run(model, inputs, ablation_hooks(heads, layers, means)), labels)
 
 
 def ablate_heads(
@@ -192,7 +193,7 @@ def ablate_heads(
     baseline = accuracy(_run(model, inputs), labels)
     ablated = [
         [
-            accuracy(_run(model, inputs, _ablation_hooks([(i, h)], layers, means)), labels)
+            accuracy(_run(model, inputs, ablation_hooks([(i, h)], layers, means)), labels)
             for h in range(model.config.num_heads)
         ]
         for i in range(len(layers))

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from transformer_lab import explain, interventions
 from transformer_lab.data.task import IGNORE_INDEX
-from transformer_lab.nn import EncoderClassifier, EncoderDecoder, HookPoint, TokenModel
+from transformer_lab.nn import EncoderClassifier, EncoderDecoder, TokenModel
 
 TOP_K = 3
 
@@ -108,11 +108,6 @@ def _eval(model: TokenModel) -> Iterator[None]:
         model.train(was_training)
 
 
-def _rows(relevance: Tensor) -> Tensor:
-    """Each row as shares of 1 (rows then compare: a confident output's gradient is small)."""
-    return relevance / relevance.sum(dim=-1, keepdim=True).clamp_min(1e-12)
-
-
 def _off_diagonal_max(matrix: Tensor) -> float:
     """Colour-scale top that ignores the diagonal (each token's own residual path saturates it)."""
     eye = torch.eye(matrix.size(-2), matrix.size(-1), dtype=torch.bool, device=matrix.device)
@@ -173,24 +168,14 @@ def head_ablation(
         chosen = log_probs.gather(1, predicted[:, None])[:, 0]
         return float(chosen[positions].mean())
 
-    def zero_head(head: int):
-        def hook(z: Tensor, hook: HookPoint) -> Tensor:
-            z = z.clone()
-            z[:, :, head] = 0.0
-            return z
-
-        return hook
+    def ablated(head: tuple[int, int]) -> float:  # (layer index, head) zero-ablated
+        hooks = interventions.ablation_hooks([head], layers, None)
+        return mean_log_prob(model.run_with_hooks(*inputs, fwd_hooks=hooks))
 
     with _eval(model):
         baseline = mean_log_prob(model(*inputs))
-        drops = [
-            [
-                baseline
-                - mean_log_prob(model.run_with_hooks(*inputs, fwd_hooks=[(f"{layer}.hook_z", zero_head(h))]))
-                for h in range(model.config.num_heads)
-            ]
-            for layer in layers
-        ]
+        heads = range(model.config.num_heads)
+        drops = [[baseline - ablated((i, h)) for h in heads] for i in range(len(layers))]
     return baseline, drops
 
 
@@ -272,8 +257,7 @@ def _collect_stack(model: TokenModel, x: Tensor, labels: list[int] | None, ablat
     maps = list(cache.values())
     rollout = explain.attention_rollout(maps)[0]
     relevance = explain.gradient_attention_all(model, x)[0]
-    # R = I + (what attention added): keep the attention part, each row as shares of its output
-    relevance = _rows(relevance - torch.eye(relevance.size(-1), device=relevance.device)).clamp_min(0)
+    relevance = explain.attention_added(relevance).clamp_min(0)  # R - I, rows as shares of the output
 
     vocab, names = model.vocab, output_names(model)
     tokens = [vocab[i] for i in x[0].tolist()]
@@ -327,8 +311,8 @@ def _collect_encoder_decoder(
         output = model.generate(source)
     target = torch.cat([torch.full_like(output[:, :1], model.bos_id), output[:, :-1]], dim=1)
     maps = explain.encoder_decoder_maps(model, source, target)
-    rollout = _rows(explain.encoder_decoder_rollout(maps)[0])
-    relevance = _rows(explain.source_relevance(model, source, target)[0])
+    rollout = explain.row_shares(explain.encoder_decoder_rollout(maps)[0])
+    relevance = explain.row_shares(explain.source_relevance(model, source, target)[0])
     with _eval(model):
         logits = model(source, target)
     vocab = model.vocab
