@@ -29,7 +29,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab import console
+from transformer_lab import console, pretrained
 from transformer_lab.errors import ConfigError, require
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
         log.info(f"Resuming from {ckpt_path}")
     if ckpt_path is not None:
         require(
-            not str(ckpt_path).startswith("pretrained:"),
+            not pretrained.is_pretrained(str(ckpt_path)),
             f"ckpt_path={ckpt_path} is a ready-made model: it holds weights but no optimizer state, so no "
             "run can resume from it; train your own run (python train.py ...) and resume that",
         )
