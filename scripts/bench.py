@@ -37,7 +37,8 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    on CUDA.
 7. A whole run (`--phases end_to_end`): `python train.py experiment=shakespeare_cpu` in a subprocess, as a
    user runs it (its callbacks, validations, checkpoints, figures, samples, head metrics, the test), with
-   one more callback (`transformer_lab.callbacks.FitTimer`) measuring inside that run. The figure is the
+   one more callback (`transformer_lab.training.callbacks.FitTimer`, with the `HookTimes` profiler)
+   measuring inside that run. The figure is the
    whole fit's training tokens/s (from the start to the end of `trainer.fit`: training steps, the sanity
    check, every validation with its callbacks, checkpoints, the end-of-training head ablation) over the
    training steps' own tokens/s (`on_train_batch_start` -> `on_train_batch_end` summed: the bare loop's
@@ -70,16 +71,15 @@ import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
-from hydra import compose, initialize_config_module
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor, nn
 
 from transformer_lab.data.seq2seq import SPECIALS
 from transformer_lab.data.shakespeare import RandomWindowBatches, ShakespeareDataModule
 from transformer_lab.nn import DecoderLM, HookPoint, build_model
-from transformer_lab.predictor import TransformerPredictor, build_predictor
-from transformer_lab.train import CONFIG_MODULE, build_trainer, instantiate, train
+from transformer_lab.training.compose import instantiate, run_config
+from transformer_lab.training.predictor import TransformerPredictor, build_predictor
+from transformer_lab.training.run import build_trainer, train
 
 # The training run measured: shakespeare_cpu without validation (the bare loop has none); everything else
 # of the project's training stays: callbacks (checkpoints included), TensorBoard logger, progress bar.
@@ -151,18 +151,6 @@ def quartiles(values: list[float]) -> list[float]:
         return [values[0], values[0]]
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return [q1, q3]
-
-
-def compose_config(overrides: list[str], output_dir: Path) -> DictConfig:
-    """The config `python train.py <overrides>` would run, writing into `output_dir`."""
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[f"paths.output_dir={output_dir}", f"paths.log_dir={output_dir}", *overrides],
-            return_hydra_config=True,
-        )
-    HydraConfig().set_config(cfg)
-    return cfg
 
 
 def synchronize(device: torch.device) -> None:
@@ -407,9 +395,9 @@ class RoundRobin(L.Callback):
 def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dict, DecoderLM]:
     """Phase 1, 2 and 5: throughput of the three contenders, MFU, peak memory."""
     total_steps = (mode.warmup_rounds + mode.rounds) * mode.chunk
-    cfg = compose_config(
-        [*TRAIN_OVERRIDES, f"trainer.max_steps={total_steps}", f"model.max_iters={total_steps}", *overrides],
+    cfg = run_config(
         workdir / "shakespeare",
+        [*TRAIN_OVERRIDES, f"trainer.max_steps={total_steps}", f"model.max_iters={total_steps}", *overrides],
     )
     datamodule: ShakespeareDataModule = instantiate(cfg.data)
     model = build_predictor(OmegaConf.to_container(cfg.model, resolve=True), datamodule)
@@ -518,7 +506,7 @@ def bench_reverse(mode: Mode, workdir: Path) -> dict:
     """Phase 4: `python train.py` (the reverse task, default config): fit, then test the best checkpoint."""
     overrides = list(mode.reverse_overrides)
     progress(f"reverse: python train.py {' '.join(overrides)}".rstrip())
-    cfg = compose_config(overrides, workdir / "reverse")
+    cfg = run_config(workdir / "reverse", overrides)
     start = time.perf_counter()
     metrics = train(cfg)
     return {"reverse_seconds_to_100": time.perf_counter() - start, "reverse_test_acc": metrics["test/acc"]}
@@ -543,7 +531,7 @@ def encoder_decoder_rates(net: nn.Module, sources: Tensor, rounds: int) -> tuple
 def bench_encoder_decoder(mode: Mode, workdir: Path) -> dict:
     """Phase 6: encoder-decoder generation with and without the caches, for a batch of the task's size
     (validation and test generate whole batches) and for one source; then `python train.py task=sort`."""
-    cfg = compose_config(["task=sort"], workdir / "sort-sizes")
+    cfg = run_config(workdir / "sort-sizes", ["task=sort"])
     task = instantiate(cfg.data)
     settings = OmegaConf.to_container(cfg.model) | {"max_len": ENCDEC_OUTPUT_TOKENS}
     net = build_predictor(settings, task).net.eval()
@@ -567,7 +555,7 @@ def bench_encoder_decoder(mode: Mode, workdir: Path) -> dict:
 
     overrides = ["task=sort", *mode.sort_overrides]
     progress(f"encoder_decoder: python train.py {' '.join(overrides)}")
-    cfg = compose_config(overrides, workdir / "sort")
+    cfg = run_config(workdir / "sort", overrides)
     start = time.perf_counter()
     metrics = train(cfg)
     return results | {
@@ -590,7 +578,8 @@ def bench_end_to_end(mode: Mode, overrides: list[str], workdir: Path, threads: i
         *mode.end_to_end_overrides,
         *overrides,
         f"paths.log_dir={workdir / 'end_to_end'}",
-        "+callbacks.fit_timer._target_=transformer_lab.callbacks.FitTimer",
+        "+callbacks.fit_timer._target_=transformer_lab.training.callbacks.FitTimer",
+        "+trainer.profiler._target_=transformer_lab.training.callbacks.HookTimes",
         f"+callbacks.fit_timer.path={timing_path}",
     ]
     env = os.environ | ({"OMP_NUM_THREADS": str(threads)} if threads else {})

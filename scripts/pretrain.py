@@ -98,8 +98,7 @@ def train(name: str, log_dir: Path) -> Path:
         sys.executable, "-m", "transformer_lab.train", *overrides, "trainer.accelerator=cpu",
         f"paths.log_dir={log_dir.absolute()}", f"hydra.run.dir={run_dir.absolute()}",
     ]  # fmt: skip
-    cwd = pretrained.CHECKOUT if (pretrained.CHECKOUT / "data").is_dir() else Path.cwd()
-    result = subprocess.run(command, cwd=cwd)
+    result = subprocess.run(command)
     require(
         result.returncode == 0, f"training {name} failed (exit code {result.returncode}): {' '.join(command)}"
     )
@@ -131,12 +130,13 @@ def package(name: str, run_dir: Path) -> None:
     from omegaconf import OmegaConf
 
     from transformer_lab.checkpoints import load_model
+    from transformer_lab.training.checkpoint_io import shippable
 
     run_metrics = json.loads((run_dir / "metrics.json").read_text())
     best = run_dir / "checkpoints" / "best.ckpt"
     require(best.is_file(), f"{run_dir} has no checkpoints/best.ckpt")
     entry = pretrained.record(name)
-    stripped = pretrained.strip_checkpoint(torch.load(best, map_location="cpu", weights_only=True))
+    stripped = shippable(torch.load(best, map_location="cpu", weights_only=True))
     target = pretrained.DIRECTORY / entry["file"]
     tmp = target.with_name(f".{target.name}.tmp")
     try:
@@ -161,6 +161,7 @@ def package(name: str, run_dir: Path) -> None:
         architecture=net.arch,
         layers=net.num_layers,
         heads=net.num_heads,
+        shape=model.shape(),
         model_dim=net.model_dim,
         parameters=sum(p.numel() for p in model.parameters()),
         **measured,

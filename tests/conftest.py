@@ -1,6 +1,7 @@
 """Shared helpers: compose the real Hydra config with tiny sizes, build a tiny GPT-style decoder, and run
 the CLI in a subprocess."""
 
+import importlib
 import importlib.util
 import os
 import subprocess
@@ -11,15 +12,13 @@ from types import ModuleType
 import lightning as L
 import pytest
 import torch
-from hydra import compose, initialize_config_module
-from hydra.core.hydra_config import HydraConfig
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.nn import DecoderLM, EncoderClassifier, ModelConfig, TransformerStack
-from transformer_lab.predictor import TransformerPredictor
-from transformer_lab.train import CONFIG_MODULE
+from transformer_lab.training.compose import run_config
+from transformer_lab.training.predictor import TransformerPredictor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,30 +71,38 @@ def predictor_like(model: TransformerStack, **training: object) -> TransformerPr
 
 def compose_train_config(run_dir: Path, *overrides: str, base: list[str] = TINY_REVERSE) -> DictConfig:
     """The config `python train.py <base> <overrides>` would run, writing into `run_dir`."""
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[f"paths.output_dir={run_dir}", f"paths.log_dir={run_dir}", *base, *overrides],
-            return_hydra_config=True,
-        )
-    HydraConfig().set_config(cfg)
-    return cfg
+    return run_config(run_dir, [*base, *overrides])
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path = ROOT, timeout: int = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run a project script as a user would (`python train.py ...`), with at most 2 torch threads."""
-    env = {**os.environ, "OMP_NUM_THREADS": "2", "HYDRA_FULL_ERROR": "0"}
+    env = {**(env or os.environ), "OMP_NUM_THREADS": "2", "HYDRA_FULL_ERROR": "0"}
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
 def load_script(name: str) -> ModuleType:
-    """Import scripts/<name>.py as a module, to call its main() in-process (fast) from a test."""
+    """The tool `name` as a module, to call its main() in-process (fast) from a test: the package's
+    `transformer_lab.<name>` (which scripts/<name>.py runs), or a developer script of scripts/."""
+    if importlib.util.find_spec(f"transformer_lab.{name}") is not None:
+        return importlib.import_module(f"transformer_lab.{name}")
     spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def toy_task(name: str) -> ModuleType:
+    """A module of tests/toy_task/ (the tasks kept outside the package), imported from its file."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "toy_task" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def save_task_checkpoint(path: Path, task: TaskDataModule, **net: object) -> Path:

@@ -78,8 +78,9 @@ def test_quick_benchmark_produces_every_figure(tmp_path):
 def test_fit_timer_measures_the_fit_from_inside(tmp_path):
     path = tmp_path / "timing.json"
     overrides = [
-        "+callbacks.fit_timer._target_=transformer_lab.callbacks.FitTimer",
+        "+callbacks.fit_timer._target_=transformer_lab.training.callbacks.FitTimer",
         f"+callbacks.fit_timer.path={path}",
+        "+trainer.profiler._target_=transformer_lab.training.callbacks.HookTimes",
     ]
     cfg = compose_train_config(tmp_path, *overrides, "trainer.max_epochs=2", "test=false")
     metrics = train(cfg)

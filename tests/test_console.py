@@ -15,10 +15,10 @@ import pytest
 from lightning.pytorch.callbacks import TQDMProgressBar
 
 from tests.conftest import ROOT, TINY_REVERSE, encoder_classifier, gpt_decoder
-from transformer_lab import console
 from transformer_lab.data import SortDataModule
 from transformer_lab.nn import EncoderDecoder, ModelConfig
-from transformer_lab.progress import bar_only_where_watched
+from transformer_lab.training import console
+from transformer_lab.training.progress import bar_only_where_watched
 
 # Runs a script as `python <script> <args>` would, then reports (in a file, so the script's own output is
 # untouched) its exit status and whether torch, lightning or matplotlib were imported.
@@ -92,8 +92,21 @@ def test_script_argument_error_is_one_line_without_torch(tmp_path, script, args,
     ("args", "code", "output"),
     [
         (["--help"], 0, "transformer-lab: train a hand-built Transformer"),
-        (["task=nope"], 1, "Could not find 'task/nope'"),
-        (["trainer.max_stepz=5"], 1, "Could not override 'trainer.max_stepz'"),
+        (
+            ["task=nope"],
+            2,
+            "error: In 'train': Could not find 'task/nope' Available options in 'task': reverse",
+        ),
+        (
+            ["trainer.max_stepz=5"],
+            2,
+            "error: trainer.max_stepz is not a setting of the config; did you mean ",
+        ),
+        (
+            ["model.num_head=4"],
+            2,
+            "error: model.num_head is not a setting of the config; did you mean model.num_heads?",
+        ),
     ],
 )
 def test_train_help_and_hydra_errors_do_not_import_torch(tmp_path, args, code, output):

@@ -1,31 +1,20 @@
 import hashlib
 import os
-import urllib.error
 from pathlib import Path
 
 import pytest
 import torch
 
 from transformer_lab.data import ShakespeareDataModule, Tokenizer, shakespeare
-from transformer_lab.data.shakespeare import SHAKESPEARE_SHA256, ensure_text_file, read_text
+from transformer_lab.data.shakespeare import SHAKESPEARE_SHA256, read_text, shipped_text
 from transformer_lab.errors import ConfigError
 
-REAL_PATH = Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare" / "input.txt"
+REAL_PATH = shipped_text()
 
 
 @pytest.fixture(scope="module")
 def dm() -> ShakespeareDataModule:
-    return ShakespeareDataModule(path=str(REAL_PATH), block_size=32, batch_size=8, val_batches=3)
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    """Any download attempt fails as if offline."""
-
-    def offline(url, dest):
-        raise urllib.error.URLError("offline")
-
-    monkeypatch.setattr(shakespeare, "_download", offline)
+    return ShakespeareDataModule(block_size=32, batch_size=8, val_batches=3)  # the shipped copy
 
 
 def _sha(data: bytes) -> str:
@@ -157,63 +146,43 @@ def test_epoch_length_is_batches_per_epoch(tmp_path, num_workers):
 # The file: checksum, download, contents
 
 
+def test_the_text_ships_inside_the_package_and_is_read_from_there():
+    assert REAL_PATH.is_file() and REAL_PATH.parent.parent.name == "data"  # transformer_lab/data/
+    assert hashlib.sha256(REAL_PATH.read_bytes()).hexdigest() == SHAKESPEARE_SHA256
+    assert ShakespeareDataModule().path == REAL_PATH  # data.path=null (the default): that copy
+
+
 def test_checksum_good_and_bad(tmp_path):
     path = tmp_path / "text.txt"
     path.write_bytes(b"some text\n")
-    assert ensure_text_file(path, url=None, sha256=_sha(b"some text\n")) == path
-    assert ensure_text_file(path, url=None, sha256=None) == path
+    assert read_text(path, sha256=_sha(b"some text\n")) == "some text\n"
+    assert read_text(path, sha256=None) == "some text\n"
     wrong = "0" * 64
     with pytest.raises(ConfigError, match=f"expected {wrong}") as info:
-        ensure_text_file(path, url=None, sha256=wrong)
+        read_text(path, sha256=wrong)
     assert _sha(b"some text\n") in str(info.value) and str(path) in str(info.value)
     assert path.read_bytes() == b"some text\n"  # a bad checksum never deletes the user's file
 
 
-def test_download_is_verified_and_atomic(tmp_path, monkeypatch):
-    content = b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
-    seen = []
-
-    def fake_download(url, dest):
-        seen.append((url, Path(dest)))
-        assert not (tmp_path / "sub" / "input.txt").exists()  # written elsewhere first
-        Path(dest).write_bytes(content)
-
-    monkeypatch.setattr(shakespeare, "_download", fake_download)
-    path = tmp_path / "sub" / "input.txt"
-    assert ensure_text_file(path, url="https://example.invalid/x", sha256=_sha(content)) == path
-    assert path.read_bytes() == content
-    assert seen[0][0] == "https://example.invalid/x" and seen[0][1].parent == path.parent
-    assert os.listdir(path.parent) == ["input.txt"]  # no temporary file left
-
-
-def test_download_with_bad_checksum_leaves_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(shakespeare, "_download", lambda url, dest: Path(dest).write_bytes(b"<html>oops"))
-    path = tmp_path / "input.txt"
-    with pytest.raises(ConfigError, match=f"has sha256 {_sha(b'<html>oops')}, expected {SHAKESPEARE_SHA256}"):
-        ensure_text_file(path)
-    assert os.listdir(tmp_path) == []
-
-
-def test_missing_file_and_no_network(tmp_path, no_network):
-    path = tmp_path / "data" / "input.txt"
-    with pytest.raises(ConfigError, match="failed") as info:
-        ensure_text_file(path)
-    message = str(info.value)
-    assert "is missing" in message and "offline" in message and str(path.resolve()) in message
-    assert not path.exists() and os.listdir(path.parent) == []
-
-
-def test_datamodule_missing_custom_file_never_downloads(tmp_path, no_network):
-    path = tmp_path / "mine.txt"
+def test_a_missing_file_is_an_error_and_nothing_is_downloaded_or_created(tmp_path):
+    path = tmp_path / "data" / "mine.txt"
     dm = ShakespeareDataModule(path=str(path), sha256=None)
-    with pytest.raises(ConfigError, match="does not exist") as info:
+    with pytest.raises(ConfigError, match=r"data\.path=.*mine\.txt does not exist"):
         _ = dm.vocab
-    assert str(path.resolve()) in str(info.value)
+    assert not path.parent.exists()
 
 
-def test_datamodule_missing_default_file_tries_download(tmp_path, no_network):
-    dm = ShakespeareDataModule(path=str(tmp_path / "input.txt"))
-    with pytest.raises(ConfigError, match=r"downloading it from https://raw\.githubusercontent\.com"):
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo", "folder"])
+def test_special_files_are_refused_before_anything_is_read(tmp_path, special):
+    if special == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)  # reading it would block forever
+    elif special == "folder":
+        path = tmp_path
+    else:
+        path = Path(special)  # reading it would fill the memory
+    dm = ShakespeareDataModule(path=str(path), sha256=None)
+    with pytest.raises(ConfigError, match=r"data\.path=.* (is not a regular file|is a folder)"):
         _ = dm.vocab
 
 

@@ -1,5 +1,5 @@
 """The docs' examples are the code the tests run: the hook-point and analysis examples (docs/*.py) and
-the "Add your own task" module (tests/toy_task/copy.py, trained by tests/test_own_task.py)."""
+the "Add your own task" module (tests/toy_task/copy_task.py, trained by tests/test_own_task.py)."""
 
 import re
 import subprocess
@@ -52,9 +52,9 @@ def test_the_docs_hook_example_is_docs_hooks_example_and_prints_what_the_page_sh
     assert _run("hooks_example.py") == shown
 
 
-@pytest.mark.parametrize("path", ["tests/toy_task/copy.py"])
+@pytest.mark.parametrize("path", ["tests/toy_task/copy_task.py"])
 def test_the_docs_task_is_the_task_the_tests_train(path):
-    block = _code_lines(_python_block("own_task.md", "# src/transformer_lab/data/copy.py\n"))
+    block = _code_lines(_python_block("own_task.md", "# my_tasks/copy_task.py\n"))
     module = _code_lines((ROOT / path).read_text())
     assert _in_order(block, module), sorted(set(block) - set(module))
 

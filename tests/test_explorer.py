@@ -65,7 +65,7 @@ def synthetic_data(layers: int = 8, heads: int = 8, tokens: int = 256, seed: int
         overlay_cols=names,
         overlays=[Overlay(name, name, rows(tokens, tokens)) for name in ("rollout", "relevance")],
         predictions=[Prediction(t, names[t], top, names[1], True) for t in range(tokens)],
-        prediction_kind="self",
+        prediction_kinds=["self"],
         ablation=Ablation(
             [f"blocks.{i}.attn" for i in range(layers)], [f"L{i}" for i in range(layers)], ["self"] * layers,
             list(range(layers)), -0.5, rng.standard_normal((layers, heads)).tolist(), tokens,
@@ -171,7 +171,7 @@ def test_bad_inputs_raise_value_errors():
         explorer_data(model, [1, 2, 10])
     with pytest.raises(ValueError, match="max_len=8"):
         explorer_data(model, list(range(9)))
-    with pytest.raises(ValueError, match="labels has 2 entries for 3 tokens"):
+    with pytest.raises(ValueError, match="labels has 2 entries for 3 output positions"):
         explorer_data(model, [1, 2, 3], [1, 2])
     with pytest.raises(ValueError, match="empty"):
         explorer_data(model, [])
@@ -257,7 +257,7 @@ def test_write_page_replaces_atomically(tmp_path, monkeypatch):
     def broken(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("transformer_lab.explorer.page.os.replace", broken)
+    monkeypatch.setattr("transformer_lab.files.os.replace", broken)
     with pytest.raises(OSError):
         write_page("newer page", out)
     assert out.read_text() == "new page" and sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
@@ -330,7 +330,8 @@ def test_script_bad_inputs_are_one_line_errors(script, checkpoints, tmp_path, ca
     assert str(text_file) in _fails(script, [f"ckpt_path={text_file}", out], capsys)
     assert "use an integer from 0 to 15" in _fails(script, [encoder, "index=16", out], capsys)
     assert "'x'" in _fails(script, [encoder, "text=1 x 2", out], capsys)
-    assert "more than this task's 6" in _fails(script, [encoder, "source=1 2 3 4 5 6 7", out], capsys)
+    too_long = _fails(script, [encoder, "source=1 2 3 4 5 6 7", out], capsys)
+    assert "source= has 7 tokens, more than the model's 6 positions" in too_long
     assert "not index= and text=" in _fails(script, [encoder, "index=1", "text=1", out], capsys)
     missing = tmp_path / "missing" / "page.html"
     assert "does not exist" in _fails(script, [encoder, f"out={missing}"], capsys)
@@ -342,7 +343,7 @@ def test_script_failing_write_leaves_nothing(script, checkpoints, tmp_path, caps
     def broken(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("transformer_lab.explorer.page.os.replace", broken)
+    monkeypatch.setattr("transformer_lab.files.os.replace", broken)
     err = _fails(script, [f"ckpt_path={checkpoints['encoder']}", f"out={tmp_path / 'page.html'}"], capsys)
     assert "cannot write out=" in err and "No space left on device" in err
     assert list(tmp_path.iterdir()) == []

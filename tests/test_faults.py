@@ -1,6 +1,7 @@
 """Faults: atomic checkpoints, kill -9 and resume, divergence, resume=, determinism."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -10,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import COMMON, ROOT, compose_train_config
+from tests.conftest import COMMON, ROOT, compose_train_config, run_cli
 from transformer_lab import ConfigError, TransformerPredictor
-from transformer_lab.checkpoint_io import AtomicCheckpointIO
 from transformer_lab.errors import TrainingDiverged
 from transformer_lab.train import train
+from transformer_lab.training.checkpoint_io import AtomicCheckpointIO
 
 
 class _FailsToPickle:
@@ -92,17 +93,34 @@ def test_sigkill_then_resume_finishes_like_an_uninterrupted_run(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_saves_last_checkpoint_and_says_how_to_resume(tmp_path):
+    run_dir = tmp_path / "interrupted"
     proc, last = _start_and_wait_for_last_checkpoint(
-        tmp_path / "interrupted", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        run_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     first_step = torch.load(last, weights_only=True)["global_step"]
-    time.sleep(1.0)  # let it train past the step checkpoint
+    # the event that says the run is past the first step checkpoint: it has written the next one
+    deadline = time.monotonic() + 120
+    while torch.load(last, weights_only=True)["global_step"] == first_step and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0, output[-2000:]
     interrupted_step = torch.load(last, weights_only=True)["global_step"]
     assert interrupted_step > first_step
-    assert f"Saved {last} at step {interrupted_step}; resume with ckpt_path={last}" in output
+    assert f"Saved {last} at step {interrupted_step}; resume with resume={run_dir}" in output
+
+
+def test_a_diverged_run_is_one_line_exit_1_naming_what_was_kept(tmp_path):
+    result = run_cli(
+        "train.py", "experiment=reverse_tiny", "model.lr=1e30", "model.warmup=0", f"hydra.run.dir={tmp_path}"
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert re.fullmatch(
+        r"error: training diverged at step \d+: the loss became nan( between step 1 and step \d+)?; "
+        r"last good checkpoint: none; lower model.lr or set trainer.gradient_clip_val\n",
+        result.stderr.splitlines(keepends=True)[-1],
+    )
+    assert "Traceback" not in result.stderr and result.stderr.count("error:") == 1
 
 
 def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
@@ -115,7 +133,9 @@ def test_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path, mo
     monkeypatch.setattr(TransformerPredictor, "training_step", diverging)
     cfg = compose_train_config(tmp_path, "callbacks.last_checkpoint.every_n_train_steps=2")
     with pytest.raises(
-        TrainingDiverged, match=r"the loss became nan at step 6; last good checkpoint: .*last.ckpt"
+        TrainingDiverged,
+        match=r"^training diverged at step 6: the loss became nan; last good checkpoint: .*last.ckpt "
+        r"\(step 4\)",
     ):
         train(cfg)
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)

@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import fit_with_callback
+from tests.conftest import fit_with_callback, toy_task
 from tests.test_interpret import digits, hand_made, hooks_left
 from transformer_lab import explain
 from transformer_lab.callbacks import HeadMetricsCallback
@@ -92,9 +92,7 @@ def test_an_encoder_decoder_is_measured_on_its_cross_attention(tmp_path):
 
 
 def test_a_language_model_gets_entropy_but_no_alignment(tmp_path):
-    from tests.toy_task.copy import CopyDataModule
-
-    class Text(CopyDataModule):  # a task without an alignment, as a language model's
+    class Text(toy_task("copy_task").CopyDataModule):  # a task without an alignment, as a language model's
         def alignment(self, inputs, labels):
             return None
 
@@ -105,8 +103,7 @@ def test_a_language_model_gets_entropy_but_no_alignment(tmp_path):
 
 
 def test_the_copy_task_expects_each_position_itself():
-    from tests.toy_task.copy import CopyDataModule
-
+    CopyDataModule = toy_task("copy_task").CopyDataModule
     x = torch.randint(10, (3, 5))
     assert torch.equal(
         CopyDataModule(seq_len=5).alignment((x,), x), torch.eye(5, dtype=torch.bool).expand(3, 5, 5)

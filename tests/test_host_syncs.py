@@ -9,7 +9,7 @@ import lightning as L
 import pytest
 import torch
 
-import transformer_lab.train
+import transformer_lab.training.run
 from tests.conftest import compose_train_config
 from transformer_lab.train import train
 
@@ -39,14 +39,14 @@ def test_training_steps_make_no_host_reads_between_logging_steps(tmp_path, monke
         def on_train_batch_end(self, *args):
             window["open"] = False
 
-    build_trainer = transformer_lab.train.build_trainer
+    build_trainer = transformer_lab.training.run.build_trainer
 
     def build_with_window(cfg):
         trainer = build_trainer(cfg)
         trainer.callbacks[:] = [OpenWindow(), *trainer.callbacks, CloseWindow()]
         return trainer
 
-    monkeypatch.setattr(transformer_lab.train, "build_trainer", build_with_window)
+    monkeypatch.setattr(transformer_lab.training.run, "build_trainer", build_with_window)
     # 8 training steps, no logging step, no step checkpoint; every default callback and metric on
     train(compose_train_config(tmp_path, "trainer.log_every_n_steps=100"))
     assert reads == []

@@ -9,11 +9,13 @@ import sys
 import pytest
 import torch
 
+import transformer_lab
 from tests.conftest import ROOT, run_cli
 from transformer_lab import TransformerPredictor, load_model, pretrained
 from transformer_lab.checkpoints import read_checkpoint, task_from_checkpoint, tokenizer_from_checkpoint
 from transformer_lab.errors import ConfigError
 from transformer_lab.nn import DecoderLM, EncoderClassifier, EncoderDecoder
+from transformer_lab.training.checkpoint_io import SHIPPED_KEYS, shippable
 
 SHIPPED = {
     "reverse": EncoderClassifier,
@@ -49,7 +51,7 @@ def test_every_listed_model_is_shipped_and_all_are_a_few_mb():
 def test_a_shipped_file_holds_weights_and_settings_only(name):
     checkpoint = torch.load(pretrained.path(name), map_location="cpu", weights_only=True)
     assert {"state_dict", "hyper_parameters", "task", "datamodule_hyper_parameters"} <= set(checkpoint)
-    assert set(checkpoint) <= set(pretrained.KEPT_KEYS)  # no optimizer, scheduler, loop or callback state
+    assert set(checkpoint) <= set(SHIPPED_KEYS)  # no optimizer, scheduler, loop or callback state
     assert checkpoint["state_dict"] and all(key.startswith("net.") for key in checkpoint["state_dict"])
     model = load_model(f"pretrained:{name}")
     assert type(model) is SHIPPED[name] and not model.training
@@ -99,11 +101,9 @@ def test_a_shipped_model_answers_like_its_task():
     (source,), labels = task_from_checkpoint(checkpoint, "pretrained:reverse").example(3, split="test")
     with torch.no_grad():
         assert torch.equal(load_model("pretrained:reverse")(source).argmax(-1), labels)
-    model, checkpoint = load_model("pretrained:sort"), read_checkpoint("pretrained:sort")
-    tokenizer = tokenizer_from_checkpoint(checkpoint)
-    prompt = task_from_checkpoint(checkpoint).prompt(tokenizer.encode("3 1 3 9 1 7 0"))
-    output = model.generate(prompt)[0].tolist()
-    assert tokenizer.decode(output[: output.index(model.eos_id)]) == "0 1 3 7 9"
+    sort = transformer_lab.load("pretrained:sort")
+    output = sort.model.answer(sort.model.prompt(sort.encode("3 1 3 9 1 7 0")))[0].tolist()
+    assert sort.decode(output[: output.index(sort.model.eos_id)]) == "0 1 3 7 9"
     model = load_model("pretrained:shakespeare")
     tokenizer = tokenizer_from_checkpoint(read_checkpoint("pretrained:shakespeare"))
     text = tokenizer.decode(model.generate(tokenizer.encode("ROMEO:").unsqueeze(0), 40, temperature=0)[0])
@@ -128,13 +128,13 @@ def test_an_unknown_name_is_a_one_line_error_naming_the_valid_ones():
         read_checkpoint(ROOT / "no-such.ckpt")
 
 
-def test_strip_checkpoint_keeps_the_model_and_drops_training_state(tmp_path):
+def test_shippable_keeps_the_model_and_drops_training_state(tmp_path):
     weights = torch.arange(12.0).reshape(3, 4)
     checkpoint = {
         "state_dict": {"net.embed.weight": weights[:, :2], "val_loss_mean.mean_value": torch.tensor(1.0)},
         "hyper_parameters": {"net": {"arch": "encoder"}, "lr": 1e-3},
         "task": {"class": "transformer_lab.data.reverse.ReverseDataModule", "separator": " "},
-        "datamodule_hyper_parameters": {"path": str(pretrained.CHECKOUT / "data" / "t.txt"), "seed": 0},
+        "datamodule_hyper_parameters": {"seed": 0},
         "optimizer_states": [{"state": {0: {"exp_avg": torch.ones(3, 4)}}}],
         "lr_schedulers": [{}],
         "callbacks": {"BestCheckpoint": {}},
@@ -143,21 +143,37 @@ def test_strip_checkpoint_keeps_the_model_and_drops_training_state(tmp_path):
         "global_step": 10,
         "pytorch-lightning_version": "2.6.6",
     }
-    stripped = pretrained.strip_checkpoint(checkpoint)
+    stripped = shippable(checkpoint)
     assert set(stripped) == {
         "state_dict",
         "hyper_parameters",
+        "format_version",
         "task",
         "datamodule_hyper_parameters",
         "pytorch-lightning_version",
     }
     assert list(stripped["state_dict"]) == ["net.embed.weight"]
     assert stripped["state_dict"]["net.embed.weight"].is_contiguous()
-    assert stripped["datamodule_hyper_parameters"] == {"path": "data/t.txt", "seed": 0}
     torch.save(stripped, tmp_path / "m.ckpt")
     assert torch.load(tmp_path / "m.ckpt", weights_only=True)["hyper_parameters"]["lr"] == 1e-3
-    with pytest.raises(ConfigError, match="no task"):
-        pretrained.strip_checkpoint({"state_dict": {}, "hyper_parameters": {}})
+
+
+def test_a_shipped_file_with_flipped_bytes_is_refused_not_believed(tmp_path, monkeypatch):
+    copy = tmp_path / "pretrained"
+    copy.mkdir()
+    (copy / "models.json").write_text(pretrained.RECORDS.read_text())
+    for name in SHIPPED:
+        (copy / pretrained.record(name)["file"]).write_bytes(pretrained.path(name).read_bytes())
+    damaged = bytearray((copy / "reverse.ckpt").read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF  # one byte of the weights
+    (copy / "reverse.ckpt").write_bytes(bytes(damaged))
+    monkeypatch.setattr(pretrained, "DIRECTORY", copy)
+    monkeypatch.setattr(pretrained, "RECORDS", copy / "models.json")
+    with pytest.raises(
+        ConfigError, match=r"'reverse' .* has sha256 [0-9a-f]{64}, not the [0-9a-f]{64} of its"
+    ):
+        load_model("pretrained:reverse")
+    assert load_model("pretrained:reverse_2l4h") is not None  # the others are untouched
 
 
 def test_the_list_shows_every_model_with_its_metrics_and_command():

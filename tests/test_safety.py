@@ -65,7 +65,8 @@ def test_scripts_refuse_a_malicious_checkpoint(malicious_checkpoint, script, cap
         ("data._target_=os.system", r"data\._target_=os\.system is not a task"),
         (
             "data._target_=lightning.pytorch.LightningDataModule",
-            r"is not a task; it must name a TaskDataModule",
+            r"is not a task: .*lightning/pytorch/__init__\.py does not define a task class "
+            r"LightningDataModule",
         ),
         ("+model._target_=builtins.print", r"model\._target_=builtins\.print is not allowed"),
     ],

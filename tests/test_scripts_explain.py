@@ -116,7 +116,7 @@ def test_explain_decoder_text(explain_script, decoder_ckpt, tmp_path, capsys):
         ("encoder", ["text=1 2", "index=3"], "pass either index= or text=, not both"),
         ("decoder", ["text="], "text= is empty"),
         ("decoder", ["text=ROMEO~"], "1 character(s) not in the vocabulary: '~'"),
-        ("decoder", ["text=" + "A" * 33], "text has 33 tokens, more than the model's 32 positions"),
+        ("decoder", ["text=" + "A" * 33], "text= has 33 tokens, more than the model's 32 positions"),
         ("decoder", ["colour=red"], "unknown argument 'colour=red'"),
         ("missing", [], "does not exist"),
         ("corrupt", [], "corrupt.ckpt is not a readable checkpoint"),
@@ -147,12 +147,16 @@ def test_plots_positional_encoding_from_the_command_line(tmp_path):
     _assert_pngs(tmp_path, ["positional_encoding", "positional_encoding_curves"])
 
 
-def test_plots_lr_schedule_of_a_task(plots_script, tmp_path, capsys):
-    plots_script.main(
-        ["lr_schedule", "task=reverse", "model.warmup=20", "data.train_size=640", f"out_dir={tmp_path}"]
-    )
+def test_plots_lr_schedule_of_a_task_names_each_config_s_figure(plots_script, tmp_path, capsys):
+    plots_script.main(["lr_schedule", f"out_dir={tmp_path}"])
     _assert_pngs(tmp_path, ["lr_schedule"])
-    assert "lr_schedule.png" in capsys.readouterr().out
+    for warmup in (20, 40):  # two configs: two figures, neither overwrites the other
+        overrides = ["task=reverse", f"model.warmup={warmup}", "data.train_size=640"]
+        plots_script.main(["lr_schedule", *overrides, f"out_dir={tmp_path}"])
+        name = f"lr_schedule_task=reverse_model.warmup={warmup}_data.train_size=640"
+        _assert_pngs(tmp_path, [name])
+        assert f"{name}.png" in capsys.readouterr().out
+    assert len(list(tmp_path.glob("lr_schedule*.png"))) == 3
 
 
 def test_plots_training_steps_follow_the_trainer(plots_script):

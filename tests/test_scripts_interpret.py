@@ -143,8 +143,8 @@ def test_the_command_line(checkpoints, tmp_path):
         ("encoder", ["analysis=heads", "method=half"], "method=half is unknown; use zero or mean"),
         ("encoder", ["analysis=lens", "method=mean"], "method= is for analysis=heads"),
         ("encoder", ["analysis=patching", "position=6"], "position=6 is not a source position; use 0 to 5"),
-        ("encoder", ["analysis=lens", "text=1 2 3"], "text= is for language models"),
-        ("encoder", [], "analysis=None is unknown"),
+        ("encoder", ["analysis=lens", "text=1 2 3 4 5 6 7"], "text= has 7 tokens, more than the model's 6"),
+        ("encoder", [], "missing analysis=...; use analysis=heads | patching | lens | faithfulness"),
     ],
 )
 def test_user_errors_are_one_line(script, checkpoints, tmp_path, capsys, which, args, message):

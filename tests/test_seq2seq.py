@@ -147,14 +147,15 @@ def test_sample_py_maps_a_source_on_every_architecture(sample_script, reverse_ch
     ("arch", "args", "message"),
     [
         ("encoder_decoder", ["source=3 x"], "1 token(s) not in the vocabulary: 'x'"),
-        ("encoder_decoder", ["source= "], "the source is empty; give at least one token"),
+        ("encoder_decoder", ["source= "], "source= is empty; pass some input"),
         ("encoder_decoder", ["source=1 2 3 4 5 6 7"], "the source has 7 tokens, more than this task's 6"),
         ("encoder_decoder", ["source=<eos> 1"], "holds <eos>; write only the task's symbols"),
-        ("encoder_decoder", ["source=1", "beam_size=0"], "beam_size=0 must be an integer >= 1"),
+        ("encoder_decoder", ["source=1", "beam_size=0"], "beam_size=0 must be an integer from 1 to 64"),
+        ("encoder_decoder", ["source=1", "beam_size=1000000"], "beam_size=1000000 must be an integer from 1"),
         ("encoder_decoder", ["source=1", "beam_size=two"], "beam_size=two is not an integer"),
-        ("decoder", ["source=1", "beam_size=2"], "beam_size=2 needs an encoder-decoder checkpoint"),
-        ("encoder_decoder", ["prompt=1 2"], "encoder_decoder checkpoint; give it an input with source="),
-        ("encoder_decoder", ["source=1", "prompt=1"], "pass either source= (a task's input) or prompt="),
+        ("decoder", ["source=1", "beam_size=2"], "beam_size=2: beam search is the encoder-decoder's"),
+        ("encoder_decoder", ["prompt=1 2"], "(an encoder-decoder model of Reverse) does not continue text"),
+        ("encoder_decoder", ["source=1", "prompt=1"], "pass either source= or prompt=, not both"),
     ],
 )
 def test_sample_py_bad_sources_are_one_line_errors(

@@ -141,7 +141,9 @@ def test_sample_without_the_data_file(shakespeare_run, tmp_path):
         (["prompt="], "prompt= is empty"),
         (["temperature=-1"], "temperature=-1.0 must be >= 0"),
         (["top_k=abc"], "top_k=abc is not an integer"),
-        (["max_new_tokens=-5"], "max_new_tokens must be an integer >= 0"),
+        (["max_new_tokens=-5"], "max_new_tokens=-5 must be an integer from 0 to 100000"),
+        (["max_new_tokens=1000000000"], "max_new_tokens=1000000000 must be an integer from 0 to 100000"),
+        (["num_samples=10000000"], "num_samples=10000000 must be an integer from 1 to 1000"),
         (["colour=red"], "unknown argument 'colour=red'"),
     ],
 )
@@ -165,7 +167,7 @@ def test_sample_bad_checkpoints(sample_script, tmp_path, capsys):
     cases = {
         tmp_path / "missing.ckpt": "does not exist",
         tmp_path / "broken.ckpt": "is not a readable checkpoint",
-        tmp_path / "enc.ckpt": "is an encoder checkpoint",
+        tmp_path / "enc.ckpt": "(an encoder model of Reverse) does not continue text; give it source=",
         tmp_path / "old.ckpt": "written by an older transformer-lab",
     }
     for path, message in cases.items():

@@ -1,18 +1,33 @@
 """transformer-lab: learn, train and take apart Transformers.
 
-    from transformer_lab import load_model         # a checkpoint's plain nn.Module (no Lightning needed)
+    import transformer_lab
+    ckpt = transformer_lab.load("pretrained:reverse_2l4h")  # model, task, tokenizer, examples: checkpoint.py
+    model = transformer_lab.load_model(path)                # just the plain nn.Module (no Lightning needed)
     from transformer_lab import TransformerPredictor, CosineWarmupScheduler
 
-Names are imported on first use, so `import transformer_lab.nn` (pure PyTorch) and the scripts' `--help`
+The package, by what each part does (one direction of imports, from the bottom up):
+    nn/          the models in pure PyTorch; imports nothing else of the package
+    data/        the tasks: datasets, datamodules, the tokenizer
+    training/    the LightningModule, callbacks, schedulers, checkpoint writing, the train entry's pieces
+    checkpoint   a checkpoint file, checked, with its model, task and examples
+    analysis/    explanations, interventions, lens, faithfulness (no Lightning, no matplotlib)
+    figures/     every matplotlib figure
+    explorer/    the attention explorer: one self-contained HTML page
+    pretrained/  the ready-made models and their registry
+    train, sample, explain, interpret, explore, ...: the tools, `python -m transformer_lab.<tool>`
+
+Names are imported on first use, so `import transformer_lab.nn` (pure PyTorch) and the tools' `--help`
 do not pay for Lightning.
 """
 
 import importlib
 
 _NAMES = {
+    "Checkpoint": "transformer_lab.checkpoint",
     "ConfigError": "transformer_lab.errors",
-    "CosineWarmupScheduler": "transformer_lab.schedulers",
-    "TransformerPredictor": "transformer_lab.predictor",
+    "CosineWarmupScheduler": "transformer_lab.training.schedulers",
+    "TransformerPredictor": "transformer_lab.training.predictor",
+    "load": "transformer_lab.checkpoint",
     "load_model": "transformer_lab.checkpoints",
 }
 

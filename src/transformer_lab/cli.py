@@ -7,9 +7,11 @@ PyTorch is loaded (scripts parse their arguments first and import the heavy modu
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transformer_lab.errors import ConfigError, require
@@ -57,10 +59,50 @@ def to_number(args: dict[str, str], key: str, kind: type, default: int | float |
         raise ConfigError(f"{key}={text} is not {'an integer' if kind is int else 'a number'}") from None
 
 
+def output_file(text: str, key: str, example: str) -> Path:
+    """`key=text` as a file to write, checked before any work is done: its folder exists and can be
+    written, and it is not a folder itself."""
+    require(text.strip() != "", f"{key}= is empty; name the file to write, e.g. {key}={example}")
+    path = Path(text).expanduser()
+    require(not path.is_dir(), f"{key}={text} is a folder; name a file in it, e.g. {key}={path / example}")
+    _require_writable(path.parent, key, text)
+    return path
+
+
+def output_dir(text: str, key: str) -> Path:
+    """`key=text` as a folder to write files into (created if missing), checked before any work is done:
+    it, or the nearest folder above it that exists, can be written."""
+    require(text.strip() != "", f"{key}= is empty; name a folder to write into")
+    path = Path(text).expanduser()
+    require(
+        not path.exists() or path.is_dir(), f"{key}={text} is a file, not a folder; choose another {key}="
+    )
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    _require_writable(existing, key, text)
+    return path
+
+
+def _require_writable(folder: Path, key: str, text: str) -> None:
+    require(
+        folder.is_dir(),
+        f"{key}={text}: the folder {folder} does not exist; create it or choose another {key}=",
+    )
+    require(
+        os.access(folder, os.W_OK | os.X_OK),
+        f"{key}={text}: the folder {folder} is not writable; choose another {key}=",
+    )
+
+
 def pick_device(name: str) -> torch.device:
-    """`auto` (cuda, then mps, then cpu), or an explicit device that must be present."""
+    """`auto` (cuda, then mps, then cpu), or an explicit device that must be present. Also sets torch's
+    threads for the tool (`limits.choose_threads`: the cores free now, unless OMP_NUM_THREADS says)."""
     import torch
 
+    from transformer_lab.limits import choose_threads
+
+    torch.set_num_threads(choose_threads()[0])
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")

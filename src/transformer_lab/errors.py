@@ -1,4 +1,10 @@
-"""The one exception type for user mistakes: the entry points print its message as one line and exit 2."""
+"""The exceptions the entry points print as one line, `error: <message>`, without a traceback:
+
+ConfigError       a user's mistake (a value, a path, an argument, a file made by someone else): exit 2,
+                  before anything is run
+TrainingFailed    a run that could not go on (the loss diverged, the disk is full): exit 1, with what
+                  was kept
+"""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +20,11 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-class TrainingDiverged(ConfigError):
+class TrainingFailed(RuntimeError):
+    """Training stopped on a failure that is not a config mistake; the message says what was kept."""
+
+
+class TrainingDiverged(TrainingFailed):
     """The loss became NaN or infinite; the message names the step and the last good checkpoint."""
 
 

@@ -1,293 +1,175 @@
-"""Looking inside a trained Transformer: attention maps, attention rollout and gradient-weighted attention.
+"""Look inside a trained checkpoint: attention maps, rollout and gradient-weighted attention as PNGs.
 
-Functions of a model of `transformer_lab.nn` (any of them: they read it through its hook points) and its
-inputs. Every function puts the model in eval mode for the call (and restores its mode afterwards), never
-touches its parameters or their `.grad`, leaves no hook behind, and works on any batch and device.
+    python -m transformer_lab.explain ckpt_path=pretrained:reverse_2l4h index=5
+    python -m transformer_lab.explain ckpt_path=pretrained:shakespeare text="ROMEO:" out_dir=explain_out
+    python -m transformer_lab.explain ckpt_path=pretrained:sort text="3 1 3 9 1"
 
-* `attention_maps` / `head_mean`: the raw softmax(QK^T / sqrt(d_k)) weights of every layer and head.
-* `attention_rollout`: Abnar & Zuidema (2020), "Quantifying Attention Flow in Transformers".
-* `gradient_attention`: Chefer, Gur & Wolf (2021), "Generic Attention-model Explainability for
-  Interpreting Bi-Modal and Encoder-Decoder Transformers" (their rule for self-attention).
-* `encoder_decoder_maps`, `encoder_decoder_rollout`, `source_relevance`: the same for an
-  encoder-decoder, whose outputs read the source through cross-attention (Chefer et al.'s rules for
-  encoder-decoder models): how much each source token matters for each output token.
+(`python scripts/explain.py ...` in a checkout is the same.) The input is test example `index=` of the
+checkpoint's task (default 0), or your own `text=` (written as the task writes it: characters for Tiny
+Shakespeare, "3 1 4 1" for the digit tasks, whose output the task knows). Writes attention_grid.png,
+head_mean_first.png, head_mean_last.png, rollout.png and gradient_attention.png (an encoder-decoder:
+encoder_attention.png, decoder_attention.png, cross_attention.png, rollout.png, gradient_attention.png),
+and prints, for every output position, the input position it relies on most.
 
-Conventions: a relevance matrix R is [B, T, T]; row i is about output position i, column j about input
-position j. In a causal decoder output t predicts token t + 1, and R is lower-triangular. For an
-encoder-decoder R is [B, T_target, S_source]: row t is about the output predicted at target position t.
-Attention weights are where information is *routed*, not proof of what the prediction depends on
-(Jain & Wallace, 2019; Wiegreffe & Pinter, 2019): use the deletion test in the tests as a reality check.
+As a library module (`from transformer_lab.explain import attention_maps`) this name still gives the
+functions of `transformer_lab.analysis.explain`, where they live.
 """
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from __future__ import annotations
 
-import torch
-from torch import Tensor
+import importlib
+from typing import TYPE_CHECKING
 
-from transformer_lab.nn import HookedModule, HookPoint
+from transformer_lab.cli import output_dir, parse_key_values, pick_device, run
+from transformer_lab.errors import require
 
+if TYPE_CHECKING:  # torch, matplotlib and the model load after the arguments are parsed (fast --help)
+    from transformer_lab.checkpoint import Checkpoint
 
-@contextmanager
-def _eval_mode(model: HookedModule) -> Iterator[None]:
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
-def attention_maps(model: HookedModule, *inputs: Tensor) -> list[Tensor]:
-    """Attention weights of every layer, each [B, H, T, T] (row = query, column = key), in eval mode:
-    the `hook_pattern` activations, in forward order. With grad enabled they stay in the autograd graph.
-    """
-    with _eval_mode(model):
-        return model.get_attention_maps(*inputs)
-
-
-def head_mean(maps: list[Tensor], layer: int) -> Tensor:
-    """Average over heads of one layer's map: [..., H, T, T] -> [..., T, T]. `layer=-1` is the last."""
-    return maps[layer].mean(dim=-3)
+KEYS = {
+    "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory, or pretrained:<name>",
+    "index": "which test example of the checkpoint's task (default 0)",
+    "text": 'your own input instead, e.g. text="ROMEO:" (Shakespeare) or text="3 1 4 1" (digits, a source)',
+    "out_dir": "where to write the PNGs (default explain_out)",
+    "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
+    "device": "auto | cpu | cuda | mps (default auto)",
+}
+GRID_FILES = {"self": "attention_grid", "encoder": "encoder_attention", "decoder": "decoder_attention"}
+GRID_TITLES = {
+    "self": "Attention weights (row = query)",
+    "encoder": "Encoder self-attention",
+    "decoder": "Decoder self-attention (causal; row = target position)",
+    "cross": "Cross-attention (row = target, column = source)",
+}
 
 
-def attention_rollout(maps: list[Tensor], residual: bool = True) -> Tensor:
-    """Attention rollout (Abnar & Zuidema, 2020): how much each input token flows into each output.
-
-    Per layer l: A_l = mean over heads; with `residual`, A_l <- 0.5 A_l + 0.5 I (the skip connection
-    carries each token's own state forward) and rows renormalised to sum to 1. Then
-        rollout = A_L ... A_2 A_1     (matrix product, later layers on the left),
-    so rollout[i, j] sums, over all paths j -> ... -> i through the layers, the product of the weights.
-    Rows sum to 1. (An element-wise product of the layers' maps is *not* rollout: if layer 1 reverses
-    the sequence and layer 2 attends to itself, the element-wise product is zero off the diagonal.)
-
-    maps: list of [..., H, T, T] -> [..., T, T].
-    """
-    rollout = None
-    for attention in maps:
-        a = attention.mean(dim=-3)
-        if residual:
-            a = 0.5 * a + 0.5 * torch.eye(a.size(-1), dtype=a.dtype, device=a.device)
-        a = a / a.sum(dim=-1, keepdim=True)
-        rollout = a if rollout is None else a @ rollout
-    return rollout
+def __getattr__(name: str) -> object:
+    """The library functions of transformer_lab.analysis.explain, under their old module name."""
+    if name.startswith("__"):  # the import system asks for __path__ etc.: no reason to load torch
+        raise AttributeError(name)
+    return getattr(importlib.import_module("transformer_lab.analysis.explain"), name)
 
 
-def _logits_and_patterns(model: HookedModule, inputs: tuple[Tensor, ...]) -> tuple[Tensor, dict[str, Tensor]]:
-    """One forward pass returning the logits *and* the attention weights they were computed from (the
-    `hook_pattern` activations by name, kept in the graph, so d logit / d attention exists). For a frozen
-    model the token embeddings are made to require grad, so gradients still flow back to the weights."""
-    patterns: dict[str, Tensor] = {}
+def parse_args(argv: list[str] | None) -> dict[str, str]:
+    args = parse_key_values(argv, KEYS, __doc__)
+    require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
+    require("text" not in args or "index" not in args, "pass either index= or text=, not both")
+    return args
 
-    def track(embedding: Tensor, hook: HookPoint) -> Tensor:
-        return embedding if embedding.requires_grad else embedding.detach().requires_grad_()
 
-    def keep(pattern: Tensor, hook: HookPoint) -> None:
-        patterns[hook.name] = pattern
+def model_input(checkpoint: Checkpoint, args: dict[str, str]):
+    """(model inputs, labels): the user's `text=`, or test example `index=` without its padding."""
+    if "text" in args:
+        return checkpoint.text_example(args["text"])
+    index = args.get("index", "0")
+    require(index.isdigit(), f"index={index} is not a test example; use an integer >= 0")
+    return checkpoint.without_padding(*checkpoint.example(int(index)))
 
-    hooks = [
-        (lambda name: name.endswith("hook_embed"), track),
-        (lambda name: name.endswith("hook_pattern"), keep),
+
+def most_relevant_table(
+    rollout, relevance, tokens: list[str], predicted: list[str], exclude_self: bool, causal: bool
+) -> str:
+    """For every output position: the input position each method finds it relies on most."""
+    from transformer_lab.analysis import explain
+
+    by_rollout = explain.most_relevant(rollout, exclude_self, causal).tolist()
+    by_gradient = explain.most_relevant(relevance, exclude_self, causal).tolist()
+    itself = " (itself excluded)" if exclude_self else ""
+    lines = [
+        f"Input position each output relies on most{itself}, with its share of the output's relevance:",
+        f"{'output':>6} {'pred':>5} | {'rollout':<17} | gradient-attention",
     ]
-    return model.run_with_hooks(*inputs, fwd_hooks=hooks), patterns
+    for t, pred in enumerate(predicted):
+        if not pred:
+            continue  # a position whose output the task does not ask for
+        cells = []
+        for matrix, j in ((rollout, by_rollout[t]), (relevance, by_gradient[t])):
+            cells.append("-" if j < 0 else f"{j:>3} {tokens[j]!r:>5} {float(matrix[t, j]):.2f}")
+        lines.append(f"{t:>6} {pred!r:>5} | {cells[0]:<17} | {cells[1]}")
+    return "\n".join(lines)
 
 
-def _logits_and_maps(model: HookedModule, inputs: tuple[Tensor, ...]) -> tuple[Tensor, list[Tensor]]:
-    """`_logits_and_patterns` with the patterns as a list, in forward order."""
-    logits, patterns = _logits_and_patterns(model, inputs)
-    return logits, list(patterns.values())
+def explain_checkpoint(args: dict[str, str]) -> None:
+    """Load the checkpoint, pick the input, write the figures and print what each output relies on."""
+    out_dir = output_dir(args.get("out_dir", "explain_out"), "out_dir")
+    from transformer_lab import figures
+    from transformer_lab.analysis import explain
+    from transformer_lab.checkpoint import load
+    from transformer_lab.nn import IGNORE_INDEX, evaluating
 
-
-def _relevance(maps: list[Tensor], logit: Tensor, retain_graph: bool) -> Tensor:
-    """Chefer et al. (2021), self-attention rule: R = I; per layer, R <- R + mean_h[relu(dA ⊙ A)] R."""
-    grads = torch.autograd.grad(logit, maps, retain_graph=retain_graph)
-    eye = torch.eye(maps[0].size(-1), dtype=maps[0].dtype, device=maps[0].device)
-    relevance = eye.expand_as(maps[0][:, 0]).clone()
-    for attention, grad in zip(maps, grads, strict=True):
-        a_bar = (grad * attention).clamp(min=0).mean(dim=1)
-        relevance = relevance + a_bar @ relevance
-    return relevance.detach()
-
-
-def _chosen_logit(logits: Tensor, position: int, target: int | Tensor | None) -> Tensor:
-    """Sum over the batch of log p(target_b) at `position`: sequences do not interact, so the gradient of
-    the sum with respect to sequence b's attention is the gradient of sequence b's own log-probability.
-
-    The log-probability, log p(y) = logit_y - logsumexp(logits), not the raw logit of Chefer et al.'s
-    code: what raises the other classes as much as y explains nothing about y. On the trained sort model
-    this puts the most relevant source position on the output digit for 93% of outputs, against 70% for
-    the logit (see the README)."""
-    scores = logits[:, position].float().log_softmax(dim=-1)
-    if target is None:
-        target = scores.argmax(dim=-1)
-    target = torch.as_tensor(target, device=scores.device).expand(scores.size(0))
-    return scores.gather(1, target.unsqueeze(1)).sum()
-
-
-@contextmanager
-def _grad_enabled(model: HookedModule) -> Iterator[None]:
-    """Eval mode with autograd on, even when called under `torch.inference_mode()` (Lightning's
-    validate/test) or `torch.no_grad()`."""
-    with _eval_mode(model), torch.inference_mode(False), torch.enable_grad():
-        yield
-
-
-def gradient_attention(
-    model: HookedModule, x: Tensor, position: int, target: int | Tensor | None = None
-) -> Tensor:
-    """Gradient-weighted attention relevance (Chefer, Gur & Wolf, 2021) for one output position.
-
-    For y = log p(`target`) (default: the predicted class) at output `position`, per layer
-        A_bar = mean over heads of relu(dy/dA ⊙ A),   R <- R + A_bar R,   starting from R = I.
-    A is the softmax output that multiplies V. Returns R [B, T, T] (non-negative); row `position` is the
-    relevance of each input token for that output. `target`: an int or one class per sequence [B].
-    """
-    with _grad_enabled(model):
-        # clone(): inputs created under inference_mode cannot be saved for backward.
-        logits, maps = _logits_and_maps(model, (x.clone(),))
-        return _relevance(maps, _chosen_logit(logits, position, target), retain_graph=False)
-
-
-def gradient_attention_all(model: HookedModule, x: Tensor) -> Tensor:
-    """Relevance of every input for every output's predicted class: [B, T, T] whose row t is row t of
-    `gradient_attention(model, x, t)`. One forward pass, then one backward pass per position."""
-    with _grad_enabled(model):
-        logits, maps = _logits_and_maps(model, (x.clone(),))
-        seq_len = x.size(1)
-        rows = [
-            _relevance(maps, _chosen_logit(logits, t, None), retain_graph=t < seq_len - 1)[:, t]
-            for t in range(seq_len)
-        ]
-    return torch.stack(rows, dim=1)
-
-
-def row_shares(matrix: Tensor) -> Tensor:
-    """Each row as shares of 1: rows of a relevance matrix then compare across outputs (a confident
-    output's gradient, and so its relevance, is small in absolute terms)."""
-    return matrix / matrix.sum(dim=-1, keepdim=True).clamp_min(1e-12)
-
-
-def attention_added(relevance: Tensor) -> Tensor:
-    """A self-attention relevance R = I + (what attention added), [..., T, T], as the part attention
-    added, each row as shares of 1 (`row_shares(R - I)`)."""
-    eye = torch.eye(relevance.size(-1), dtype=relevance.dtype, device=relevance.device)
-    return row_shares(relevance - eye)
-
-
-def most_relevant(relevance: Tensor, exclude_self: bool = True, causal: bool = False) -> Tensor:
-    """Per output row, the input position with the largest relevance: [..., T, T] -> [..., T].
-
-    `exclude_self` ignores the diagonal, as Chefer et al.'s reference code does: the residual path makes
-    every token rely on itself, which hides what it reads from the others. `causal` ignores future
-    positions. Rows with no candidate left (position 0 of a causal model without itself) give -1.
-    """
-    seq_len = relevance.size(-1)
-    allowed = torch.ones(seq_len, seq_len, dtype=torch.bool, device=relevance.device)
-    if exclude_self:
-        allowed &= ~torch.eye(seq_len, dtype=torch.bool, device=relevance.device)
-    if causal:
-        allowed &= torch.ones_like(allowed).tril()
-    scores = relevance.masked_fill(~allowed, float("-inf"))
-    best = scores.argmax(dim=-1)
-    return best.masked_fill(~allowed.any(dim=-1), -1)
-
-
-# ------------------------------------------------------------------------------ encoder-decoder models
-def _group(patterns: dict[str, Tensor]) -> dict[str, list[Tensor]]:
-    """Patterns by kind, each list in layer order: encoder self-attention, decoder self-attention,
-    decoder cross-attention."""
-    kinds = {"encoder": [], "decoder": [], "cross": []}
-    for name, pattern in patterns.items():
-        kind = "cross" if ".cross_attn." in name else name.split(".")[0]
-        kinds[kind].append(pattern)
-    return kinds
-
-
-def encoder_decoder_maps(model: HookedModule, source: Tensor, target: Tensor) -> dict[str, list[Tensor]]:
-    """The attention weights of an encoder-decoder, by kind: `encoder` [B, H, S, S] (self-attention over
-    the source), `decoder` [B, H, T, T] (causal self-attention over the target) and `cross`
-    [B, H, T, S] (target rows reading source columns), one per layer. `target` starts with <bos>."""
-    with _eval_mode(model):
-        _, cache = model.run_with_cache(
-            source, target, names_filter=lambda name: name.endswith("hook_pattern")
+    checkpoint = load(
+        args["ckpt_path"], device=pick_device(args.get("device", "auto")), data_path=args.get("data_path")
+    )
+    model = checkpoint.model
+    inputs, labels = model_input(checkpoint, args)
+    groups = explain.grouped_maps(model, *inputs)
+    rollout = explain.rollout(groups)[0]
+    relevance = explain.relevance(model, *inputs)[0]
+    with evaluating(model):
+        predicted_ids = model(*inputs).argmax(dim=-1)[0].tolist()
+    vocab, names = model.vocab, checkpoint.output_names
+    tokens = [figures.token_labels([vocab[i] for i in x[0].tolist()]) for x in inputs]
+    predicted = figures.token_labels([names[i] for i in predicted_ids])
+    labelled = labels[0] != IGNORE_INDEX
+    if bool(labelled.any()):  # before the first label: a prompt, whose outputs mean nothing
+        first = int(labelled.int().argmax())
+        predicted = [""] * first + predicted[first:]
+    layers = {layer.group: layer for layer in model.attention_layers()}
+    reads_source = "cross" if "cross" in groups else "self"
+    source, outputs = tokens[0], [p or "·" for p in predicted]
+    figures_by_file = {}
+    for group, maps in groups.items():
+        layer = layers[group]
+        labels_of_layers = [item.label for item in model.attention_layers() if item.group == group]
+        figures_by_file[GRID_FILES.get(group, f"{group}_attention")] = figures.attention_grid(
+            maps,
+            tokens[layer.keys],
+            title=GRID_TITLES[group],
+            row_tokens=tokens[layer.queries],
+            labels=labels_of_layers,
         )
-    return _group(cache)
+        if group == "self":
+            for which, index in (("first", 0), ("last", -1)):
+                figures_by_file[f"head_mean_{which}"] = figures.token_map(
+                    explain.head_mean(maps, index)[0],
+                    source,
+                    f"{labels_of_layers[index]}, mean over heads",
+                    xlabel="key",
+                    ylabel="query",
+                    colorbar_label="attention weight",
+                )
+    output_axis = "output: predicted next token" if model.generates and reads_source == "self" else "output"
+    for name, matrix, title in (
+        ("rollout", rollout, "Attention rollout (Abnar & Zuidema; Chefer et al. through cross-attention)"),
+        ("gradient_attention", relevance, "Gradient-weighted attention (Chefer et al.)"),
+    ):
+        figures_by_file[name] = figures.token_map(
+            matrix,
+            source,
+            title,
+            outputs,
+            xlabel="input",
+            ylabel=output_axis,
+            colorbar_label="share of the output's relevance",
+            vmax=figures.colour_cap(matrix) if reads_source == "self" else None,
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, figure in figures_by_file.items():
+        figure.savefig(out_dir / f"{name}.png", dpi=100)
+    print(f"input:  {' '.join(source)}")
+    print(f"output: {' '.join(outputs)}")
+    exclude_self = reads_source == "self"
+    print(
+        most_relevant_table(
+            rollout, relevance, source, predicted, exclude_self, model.generates and exclude_self
+        )
+    )
+    print(f"Wrote {', '.join(f'{name}.png' for name in figures_by_file)} to {out_dir}")
 
 
-def _normalised(relevance: Tensor) -> Tensor:
-    """Chefer et al.'s eq. 8-9: a self-relevance R without its identity, rows rescaled to sum to 1, plus
-    the identity again, so that a stack that mostly kept each token to itself does not dominate."""
-    eye = torch.eye(relevance.size(-1), dtype=relevance.dtype, device=relevance.device)
-    context = relevance - eye
-    return context / context.sum(dim=-1, keepdim=True).clamp(min=1e-12) + eye
+def main(argv: list[str] | None = None) -> None:
+    explain_checkpoint(parse_args(argv))
 
 
-def _propagate(encoder: list[Tensor], decoder: list[Tensor], cross: list[Tensor]) -> Tensor:
-    """Relevance of the source for every target position, [B, T, S], from head-aggregated maps A_bar
-    ([B, ., .] per layer), following Chefer et al. (2021) for encoder-decoder models:
-
-        encoder layers:                R_ss <- R_ss + A_bar R_ss                    (R_ss = I at first)
-        each decoder block, self:      R_tt <- R_tt + A_bar R_tt,  R_ts <- R_ts + A_bar R_ts
-                            cross:     R_ts <- R_ts + norm(R_tt) A_bar norm(R_ss)  (R_tt = I, R_ts = 0)
-
-    Their rule 10 multiplies by norm(R_tt) transposed; their decoders (DETR, LXMERT) attend both ways.
-    Here the decoder is causal, and its row t has only read positions <= t: the transpose would let an
-    output take relevance from later outputs, so norm(R_tt) is used as it is.
-    """
-    batch, source_len, target_len = encoder[0].size(0), encoder[0].size(-1), decoder[0].size(-1)
-    like = encoder[0]
-    r_ss = torch.eye(source_len, dtype=like.dtype, device=like.device).expand(batch, -1, -1)
-    for a_bar in encoder:
-        r_ss = r_ss + a_bar @ r_ss
-    r_tt = torch.eye(target_len, dtype=like.dtype, device=like.device).expand(batch, -1, -1)
-    r_ts = torch.zeros(batch, target_len, source_len, dtype=like.dtype, device=like.device)
-    for self_bar, cross_bar in zip(decoder, cross, strict=True):
-        r_tt, r_ts = r_tt + self_bar @ r_tt, r_ts + self_bar @ r_ts
-        r_ts = r_ts + _normalised(r_tt) @ cross_bar @ _normalised(r_ss)
-    return r_ts
-
-
-def encoder_decoder_rollout(maps: dict[str, list[Tensor]]) -> Tensor:
-    """Attention-only relevance of the source for each target position, [B, T, S]: the propagation of
-    `source_relevance` with each layer's plain head-mean attention (rollout's weights, no gradients)."""
-    kinds = {kind: [m.mean(dim=1) for m in layers] for kind, layers in maps.items()}
-    return _propagate(kinds["encoder"], kinds["decoder"], kinds["cross"]).detach()
-
-
-def source_relevance(model: HookedModule, source: Tensor, target: Tensor) -> Tensor:
-    """Gradient-weighted relevance of each source token for each output of an encoder-decoder, [B, T, S]
-    (Chefer, Gur & Wolf, 2021): row t explains y = log p of the class predicted at target position t (the
-    token after target[:, t]), with A_bar = mean over heads of relu(dy/dA ⊙ A) in every layer. One
-    forward pass, then one backward pass per target position. `target` starts with <bos>."""
-    with _grad_enabled(model):
-        logits, patterns = _logits_and_patterns(model, (source.clone(), target.clone()))
-        names, maps = list(patterns), list(patterns.values())
-        rows = []
-        for t in range(target.size(1)):
-            logit = _chosen_logit(logits, t, None)
-            grads = torch.autograd.grad(logit, maps, retain_graph=t < target.size(1) - 1)
-            a_bar = {
-                name: (g * a).clamp(min=0).mean(dim=1) for name, g, a in zip(names, grads, maps, strict=True)
-            }
-            kinds = _group(a_bar)
-            rows.append(_propagate(kinds["encoder"], kinds["decoder"], kinds["cross"])[:, t])
-    return torch.stack(rows, dim=1).detach()
-
-
-# ------------------------------------------------------------------------------ per-head statistics
-def attention_entropy(pattern: Tensor, query_mask: Tensor | None = None) -> Tensor:
-    """Mean entropy of each head's attention rows, H = -sum_k A_qk log A_qk (nats; 0 log 0 = 0):
-    [B, H, Tq, Tk] -> [H]. 0 = every query reads one key; log(Tk) = uniform. `query_mask` [B, Tq]
-    (False at padding) leaves padding rows out."""
-    entropy = -(pattern * pattern.clamp_min(1e-30).log()).sum(dim=-1)  # [B, H, Tq]
-    weight = torch.ones_like(entropy[:, 0]) if query_mask is None else query_mask.to(entropy.dtype)
-    return (entropy * weight[:, None]).sum(dim=(0, 2)) / weight.sum().clamp_min(1)
-
-
-def alignment_mass(pattern: Tensor, expected: Tensor) -> Tensor:
-    """Each head's attention mass on the keys a task expects, sum_k A_qk [k expected for q], averaged over
-    the queries that expect any: [B, H, Tq, Tk] and bool [B, Tq, Tk] -> [H]. 1 = all attention where
-    the task says the information is (the mirror position of the reverse task)."""
-    rows = expected.any(dim=-1).to(pattern.dtype)  # [B, Tq]
-    mass = (pattern * expected[:, None].to(pattern.dtype)).sum(dim=-1)  # [B, H, Tq]
-    return (mass * rows[:, None]).sum(dim=(0, 2)) / rows.sum().clamp_min(1)
+if __name__ == "__main__":
+    run(main)

@@ -1,5 +1,6 @@
 """One module per task (dataset + datamodule), the task base class and the tokenizer."""
 
+from transformer_lab.data.induction import InductionDataModule
 from transformer_lab.data.reverse import ReverseDataModule
 from transformer_lab.data.seq2seq import Seq2SeqDataModule
 from transformer_lab.data.shakespeare import ShakespeareDataModule
@@ -9,6 +10,7 @@ from transformer_lab.data.tokenizer import Tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
+    "InductionDataModule",
     "ReverseDataModule",
     "Seq2SeqDataModule",
     "ShakespeareDataModule",

@@ -1,7 +1,8 @@
 """Sequence-to-sequence tasks: a source sequence in, a target sequence out, laid out for each architecture.
 
 The same examples train every model that fits the task; only the batches differ (S: the source, T: the
-target, each padded with <pad>; labels of -100 count for nothing):
+target, each padded with <pad>; labels of -100 count for nothing). Each model lays them out itself
+(`transformer_lab.nn`'s `layout`):
 
     encoder           tokens = S                    labels = T (a class per position: |T| = |S|)
     decoder           tokens = S <sep> T            labels = the next token, on the target part only:
@@ -20,20 +21,13 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from transformer_lab.data.task import IGNORE_INDEX, TaskDataModule
 from transformer_lab.errors import require
+from transformer_lab.limits import require_memory
+from transformer_lab.nn import Specials
+from transformer_lab.nn.models import MODELS
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<sep>"]
 PAD, BOS, EOS, SEP = range(4)
-
-
-def pad_rows(rows: list[Tensor], width: int, value: int, left: bool = False) -> Tensor:
-    """Stack 1-D tensors into [N, width], padded with `value` on the right (or the left)."""
-    out = torch.full((len(rows), width), value, dtype=torch.long)
-    for i, row in enumerate(rows):
-        if left:
-            out[i, width - len(row) :] = row
-        else:
-            out[i, : len(row)] = row
-    return out
+STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
 
 
 class Seq2SeqDataModule(TaskDataModule):
@@ -56,11 +50,7 @@ class Seq2SeqDataModule(TaskDataModule):
         seed: int = 0,
     ):
         super().__init__()
-        require(
-            arch in self.architectures,
-            f"model={arch} cannot learn {type(self).__name__}'s task; use model="
-            + " or model=".join(self.architectures),
-        )
+        self.check_architecture(arch)
         for key, value in (
             ("train_size", train_size),
             ("val_size", val_size),
@@ -72,6 +62,8 @@ class Seq2SeqDataModule(TaskDataModule):
             isinstance(num_workers, int) and num_workers >= 0, f"data.num_workers={num_workers} must be >= 0"
         )
         self.arch = arch
+        self.model_class = MODELS[arch]  # lays out the batches, generates, aligns: see transformer_lab.nn
+        self.specials = Specials(PAD, BOS, EOS, SEP)
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -111,96 +103,59 @@ class Seq2SeqDataModule(TaskDataModule):
     def max_len(self) -> int:
         """Positions the model reads: the source (encoder), source <sep> target (decoder), or the longer
         of the source and <bos> target (encoder-decoder)."""
-        source, target = self.max_source_len, self.max_target_len
-        return {
-            "encoder": source,
-            "decoder": source + 1 + target,
-            "encoder_decoder": max(source, target + 1),
-        }[self.arch]
+        return self.model_class.positions(self.max_source_len, self.max_target_len)
 
     def setup(self, stage: str | None = None) -> None:
-        for offset, split in enumerate(("train", "val", "test")):
+        """Build the splits `stage` needs (all three for None), each once: showing a test example
+        draws no training set."""
+        for split in STAGE_SPLITS.get(stage, ("train", "val", "test")):
             if split not in self.splits:
+                offset = ("train", "val", "test").index(split)
+                size = self.sizes[split]
+                # the split's tensors: sources, targets, and the batch laid out (at most 3 tensors of width
+                # max_len + 1), each of int64
+                require_memory(
+                    size * (self.max_source_len + self.max_target_len + 3 * (self.max_len + 1)) * 8,
+                    f"the {split} split of data.{split}_size={size} examples",
+                    f"lower data.{split}_size",
+                )
                 generator = torch.Generator().manual_seed(self.seed + offset)
-                self.splits[split] = TensorDataset(*self.layout(*self.draw(self.sizes[split], generator)))
+                self.splits[split] = TensorDataset(*self.layout(*self.draw(size, generator)))
 
     def layout(self, sources: Tensor, targets: Tensor) -> tuple[Tensor, ...]:
-        """Examples (as from `draw`) laid out as the batches of `self.arch` (see the module docstring),
-        in token ids: a few whole-tensor operations, no loop over examples."""
+        """Examples (as from `draw`: symbol indices, then -1s) as the batches of `self.arch`, in token ids
+        (see the module docstring; the model class lays them out)."""
         shift = len(SPECIALS)
-        source_len, target_len = (sources >= 0).sum(1, keepdim=True), (targets >= 0).sum(1, keepdim=True)
         source_ids = torch.where(sources >= 0, sources + shift, PAD)
         target_ids = torch.where(targets >= 0, targets + shift, PAD)
-        target_labels = target_ids.masked_fill(targets < 0, IGNORE_INDEX)
-        if self.arch == "encoder":
-            return source_ids, target_labels
-        rows = torch.arange(len(sources))
-        if self.arch == "encoder_decoder":
-            target_in = torch.cat([torch.full_like(target_ids[:, :1], BOS), target_ids], dim=1)
-            labels = torch.cat([target_labels, torch.full_like(target_labels[:, :1], IGNORE_INDEX)], dim=1)
-            labels[rows, target_len[:, 0]] = EOS
-            return source_ids, target_in, labels
-        # decoder: column j of `source <sep> target <eos>` and the label at j (the token at j + 1)
-        width = self.max_source_len + 1 + self.max_target_len
-        j = torch.arange(width).expand(len(sources), -1)
-        in_target = j - source_len - 1  # index into the target, where 0 <= it < target_len
-        tokens = torch.where(j < source_len, source_ids.gather(1, j.clamp(max=source_ids.size(1) - 1)), PAD)
-        tokens = torch.where(j == source_len, SEP, tokens)
-        from_target = target_ids.gather(1, in_target.clamp(0, target_ids.size(1) - 1))
-        tokens = torch.where((in_target >= 0) & (in_target < target_len), from_target, tokens)
-        predicted = target_ids.gather(1, (j - source_len).clamp(0, target_ids.size(1) - 1))
-        labels = torch.where((j >= source_len) & (j < source_len + target_len), predicted, IGNORE_INDEX)
-        labels = torch.where(j == source_len + target_len, EOS, labels)
-        return tokens, labels
+        return self.model_class.layout(source_ids, target_ids, self.specials)
 
     def generate(self, net: nn.Module, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor] | None:
         """Greedy outputs of `net` for a batch, next to what they must be: (sources [B, S], generated
-        [B, W], expected [B, W]), the outputs ending in <eos> then padding. None for the encoder, which
-        generates nothing. A decoder's prompts (source <sep>) are padded on the left, so that every row's
-        next token is written at the same column."""
-        if self.arch == "encoder":
+        [B, W], expected [B, W]), the outputs ending in <eos> then padding. None for a model that writes
+        all its outputs at once (the encoder): its teacher-forced outputs are its outputs."""
+        if not net.generates:
             return None
         *inputs, labels = batch
-        expected = labels.masked_fill(labels == IGNORE_INDEX, PAD)
-        if self.arch == "encoder_decoder":
-            sources = inputs[0]
-            generated = net.generate(sources, max_new_tokens=expected.size(1))
-        else:
-            tokens = inputs[0]
-            ends = (tokens == SEP).int().argmax(dim=1).tolist()  # the <sep> of each row
-            width = self.max_target_len + 1
-            sources = pad_rows(
-                [row[:end] for row, end in zip(tokens, ends, strict=True)], self.max_source_len, PAD
-            )
-            expected = pad_rows(
-                [row[end : end + width] for row, end in zip(expected, ends, strict=True)], width, PAD
-            )
-            prompts = pad_rows(
-                [row[: end + 1] for row, end in zip(tokens, ends, strict=True)], max(ends) + 1, PAD, left=True
-            )
-            prompts, sources, expected = (t.to(tokens.device) for t in (prompts, sources, expected))
-            generated = net.generate(prompts, width, temperature=0)[:, prompts.size(1) :]
-        width = expected.size(1)
+        inputs = tuple(inputs)
+        expected = self.model_class.output_labels(inputs, labels, self.specials)
+        expected = expected.masked_fill(expected == IGNORE_INDEX, PAD)
+        width = int((expected != PAD).sum(dim=1).max())  # the longest expected output, <eos> included
+        expected = expected[:, :width]
+        prompts = self.model_class.prompts(inputs, self.specials)
+        generated = net.answer(prompts, max_new_tokens=width)
         generated = F.pad(generated[:, :width], (0, width - min(width, generated.size(1))), value=PAD)
-        return sources, generated, expected
+        return self.model_class.sources(inputs, self.specials), generated, expected
 
     def alignment(self, inputs: tuple[Tensor, ...], labels: Tensor) -> Tensor:
         """`expected_sources` in the coordinates of the attention that reads the source: the encoder's
         self-attention [B, S, S] (row = output position), the encoder-decoder's cross-attention
         [B, T, S] (row = target position, predicting label t), the decoder-only model's self-attention
         [B, W, W] (row = the position predicting a target token, columns = the source before <sep>)."""
-        if self.arch != "decoder":
-            return self.expected_sources(inputs[0], labels)
-        tokens = inputs[0]
-        lengths = (tokens == SEP).int().argmax(dim=1)  # n: the source is tokens[:, :n]
-        width, k = tokens.size(1), torch.arange(self.max_target_len + 1, device=tokens.device)
-        column = torch.arange(width, device=tokens.device)
-        sources = tokens.masked_fill(column >= lengths[:, None], PAD)
-        rows = (lengths[:, None] + k).clamp(max=width - 1)  # the row predicting output k
-        expected = self.expected_sources(sources, labels.gather(1, rows))
-        expected &= (lengths[:, None] + k < width)[:, :, None]
-        out = torch.zeros(tokens.size(0), width, width, dtype=torch.bool, device=tokens.device)
-        return out.scatter_(1, rows[:, :, None].expand(-1, -1, width), expected)
+        sources = self.model_class.sources(inputs, self.specials)
+        outputs = self.model_class.output_labels(inputs, labels, self.specials)
+        expected = self.expected_sources(sources, outputs)
+        return self.model_class.alignment(expected, inputs, self.specials)
 
     def corrupted_pairs(self, count: int, position: int = 0, split: str = "test") -> tuple[tuple, tuple]:
         """The first `count` examples of a split whose output changes when source token `position` is
@@ -233,17 +188,50 @@ class Seq2SeqDataModule(TaskDataModule):
             corrupted[rows], self.targets_for(corrupted[rows])
         )
 
-    def prompt(self, source: Tensor) -> Tensor:
-        """A source's ids [S] as the model's generation input [1, ...]: the source itself, or, for the
-        decoder-only model, source <sep>."""
-        require(len(source) > 0, "the source is empty; give at least one token")
+    def source_ids(self, ids: Tensor) -> Tensor:
+        """Token ids [S] of your own source (`text="3 1 3 9"`) checked: only the task's symbols, at
+        most `max_source_len` of them."""
+        ids = ids.reshape(-1)
+        require(len(ids) > 0, "the source is empty; give at least one token, e.g. 3 1 3 9")
+        specials = [SPECIALS[i] for i in ids.tolist() if i < len(SPECIALS)]
         require(
-            len(source) <= self.max_source_len,
-            f"the source has {len(source)} tokens, more than this task's {self.max_source_len}; shorten it",
+            not specials,
+            f"the source holds {', '.join(specials)}; write only the task's symbols, e.g. 3 1 3 9",
         )
-        if self.arch == "decoder":
-            source = torch.cat([source, torch.tensor([SEP])])
-        return source.unsqueeze(0)
+        require(
+            len(ids) <= self.max_source_len,
+            f"the source has {len(ids)} tokens, more than this task's {self.max_source_len}; shorten it",
+        )
+        return ids
+
+    def text_example(self, ids: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """Your source (token ids [S]) and the output the task says it has, laid out for `self.arch`."""
+        ids = self.source_ids(ids)
+        sources = torch.full((1, self.max_source_len), -1, dtype=torch.long)
+        sources[0, : len(ids)] = ids - len(SPECIALS)
+        *inputs, labels = self.layout(sources, self.targets_for(sources))
+        return tuple(inputs), labels
+
+    def expected_output(self, ids: Tensor) -> list[int]:
+        """What the task says the output of a source (token ids [S]) is: target ids, then <eos>."""
+        sources = torch.full((1, self.max_source_len), -1, dtype=torch.long)
+        sources[0, : len(ids)] = self.source_ids(ids) - len(SPECIALS)
+        targets = self.targets_for(sources)[0]
+        return [*(targets[targets >= 0] + len(SPECIALS)).tolist(), EOS]
+
+    def length_note(self, length: int) -> str | None:
+        """A warning when a source's length is one the task never trains on (the model never saw it)."""
+        if self.min_seq_len <= length <= self.max_source_len:
+            return None
+        trained = (
+            f"{self.max_source_len}"
+            if self.min_seq_len == self.max_source_len
+            else f"{self.min_seq_len} to {self.max_source_len}"
+        )
+        return (
+            f"warning: this model was trained on sources of {trained} tokens, never on {length}: expect "
+            "an output that means nothing"
+        )
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         return DataLoader(

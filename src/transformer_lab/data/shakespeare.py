@@ -6,91 +6,49 @@ every position t, predicts character t + 1: the target sequence is the input shi
 """
 
 import hashlib
-import http.client
-import os
 import re
-import tempfile
-import urllib.request
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from transformer_lab.data.task import TaskDataModule
+from transformer_lab.data.task import IGNORE_INDEX, TaskDataModule
 from transformer_lab.data.tokenizer import Tokenizer
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.files import require_regular_file
+from transformer_lab.limits import require_memory
 
-SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-DOWNLOAD_TIMEOUT_S = 30
+MAX_TEXT_BYTES = 2_000_000_000  # a text file larger than this is not what this task reads
 
 
-def _sha256(path: Path) -> str:
+def shipped_text() -> Path:
+    """Tiny Shakespeare (1.1 MB), shipped inside the package: no download, ever."""
+    return Path(str(resources.files("transformer_lab.data").joinpath("tinyshakespeare", "input.txt")))
+
+
+def sha256_of(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _download(url: str, dest: Path) -> None:
-    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, open(dest, "wb") as f:
-        while chunk := response.read(1 << 16):
-            f.write(chunk)
-
-
-def ensure_text_file(
-    path: str | Path, url: str | None = SHAKESPEARE_URL, sha256: str | None = SHAKESPEARE_SHA256
-) -> Path:
-    """Return `path`, downloading it from `url` first if it is missing (url=None: never download).
-
-    When `sha256` is given, the file (existing or downloaded) must have that checksum. A download goes to
-    a temporary file next to `path` and is renamed into place only once verified, so an interrupted or
-    corrupt download never leaves a file that looks valid.
-    """
+def read_text(path: str | Path, sha256: str | None = None) -> str:
+    """The file's contents as a string: a regular, non-empty UTF-8 file (with that sha256, if given)."""
     path = Path(path)
-    require(not path.is_dir(), f"data.path={path} is a directory; point it at a text file")
-    if path.exists():
-        if sha256 is not None:
-            actual = _sha256(path)
-            require(
-                actual == sha256.lower(),
-                f"{path} has sha256 {actual}, expected {sha256}; replace it with the right file "
-                "or set data.sha256=null to skip the check (e.g. for your own text)",
-            )
-        return path
-
-    require(url is not None, f"data.path={path} does not exist; put your UTF-8 text file at {path.resolve()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    except OSError as err:
-        raise ConfigError(f"cannot write to {path.parent} ({err}); choose another data.path") from err
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        try:
-            _download(url, tmp)
-        except (OSError, http.client.HTTPException, ValueError) as err:
-            raise ConfigError(
-                f"{path} is missing and downloading it from {url} failed ({err}); "
-                f"download it yourself and save it as {path.resolve()}"
-            ) from err
-        if sha256 is not None:
-            actual = _sha256(tmp)
-            require(
-                actual == sha256.lower(),
-                f"the download from {url} has sha256 {actual}, expected {sha256}; nothing was saved; "
-                f"download it yourself and save it as {path.resolve()}",
-            )
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def read_text(path: str | Path) -> str:
-    """The file's contents as a string; it must be non-empty UTF-8."""
-    path = Path(path)
+    require_regular_file(path, "data.path", MAX_TEXT_BYTES)
+    # the text, its ids (int64) and the tokenizer's work: about 12 bytes per character
+    require_memory(12 * path.stat().st_size, f"reading data.path={path}", "use a smaller text file")
+    if sha256 is not None:
+        actual = sha256_of(path)
+        require(
+            actual == sha256.lower(),
+            f"{path} has sha256 {actual}, expected {sha256}; replace it with the right file "
+            "or set data.sha256=null to skip the check (e.g. for your own text)",
+        )
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
@@ -159,7 +117,7 @@ class FixedWindowBatches(Dataset):
 
 
 class ShakespeareDataModule(TaskDataModule):
-    """Next-character prediction on a text file (Tiny Shakespeare by default, downloaded if missing).
+    """Next-character prediction on a text file (Tiny Shakespeare by default, shipped in the package).
 
     The first `train_fraction` of the characters are the train split and the rest the val split; the test
     split reuses the val split (with the same fixed windows), as the corpus has no separate held-out text.
@@ -170,10 +128,12 @@ class ShakespeareDataModule(TaskDataModule):
 
     architectures = ("decoder",)
     separator = ""  # one token per character
+    data_files: ClassVar = {"path": "sha256"}  # transformer_lab.checkpoint: what a shared file may read
+    shipped_files: ClassVar = {SHAKESPEARE_SHA256: None}  # path=None: the package's own copy
 
     def __init__(
         self,
-        path: str = "data/tinyshakespeare/input.txt",
+        path: str | None = None,
         block_size: int = 128,
         batch_size: int = 64,
         train_fraction: float = 0.9,
@@ -205,8 +165,12 @@ class ShakespeareDataModule(TaskDataModule):
             f"data.sha256={sha256!r} must be 64 hex digits, or null to skip the checksum",
         )
         require(isinstance(seed, int), f"data.seed={seed!r} must be an integer")
+        require(
+            path is None or (isinstance(path, str) and path.strip() != ""),
+            f"data.path={path!r} must name a text file (or be null: Tiny Shakespeare, shipped)",
+        )
         self.save_hyperparameters()
-        self.path = Path(path)
+        self.path = shipped_text() if path is None else Path(path)
         self.block_size = block_size
         self.batch_size = batch_size
         self.train_fraction = train_fraction
@@ -220,11 +184,8 @@ class ShakespeareDataModule(TaskDataModule):
         self._n_train = 0
 
     def _load(self) -> None:
-        """Read, check and encode the file once. Only the Tiny Shakespeare checksum allows a download."""
-        url = (
-            SHAKESPEARE_URL if self.sha256 is not None and self.sha256.lower() == SHAKESPEARE_SHA256 else None
-        )
-        text = read_text(ensure_text_file(self.path, url=url, sha256=self.sha256))
+        """Read, check and encode the file once."""
+        text = read_text(self.path, self.sha256)
         tokenizer = Tokenizer.from_text(text)
         data = tokenizer.encode(text)
         n_train = int(self.train_fraction * len(data))
@@ -264,6 +225,14 @@ class ShakespeareDataModule(TaskDataModule):
     @property
     def max_len(self) -> int:
         return self.block_size
+
+    def text_example(self, ids: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """Your text (token ids [T]): each position's label is the text's next character."""
+        ids = ids.reshape(1, -1)
+        require(ids.size(1) > 1, 'the text needs at least two characters, e.g. text="ROMEO: I"')
+        labels = torch.full_like(ids, IGNORE_INDEX)
+        labels[:, :-1] = ids[:, 1:]
+        return (ids,), labels
 
     def _loader(self, dataset: Dataset) -> DataLoader:
         return DataLoader(

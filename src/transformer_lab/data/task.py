@@ -1,8 +1,10 @@
 """TaskDataModule: a task's data, and what the models and the tools need to know about it.
 
-Training, the callbacks and the scripts use a task only through this class, so a new task is one module
-in `data/` and one config in `configs/task/` (and `configs/data/`): see the README, "Add your own task".
+Training, the callbacks and the tools use a task only through this class, so a new task is one module
+(in `data/`, or anywhere on the Python path) and a config or two: see docs/own_task.md.
 """
+
+from typing import ClassVar
 
 import lightning as L
 import torch
@@ -10,8 +12,9 @@ from torch import Tensor
 
 from transformer_lab.data.tokenizer import Tokenizer
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.nn import IGNORE_INDEX
 
-IGNORE_INDEX = -100  # a label the loss and the metrics skip (padding); F.cross_entropy's default
+__all__ = ["IGNORE_INDEX", "TaskDataModule"]
 
 
 class TaskDataModule(L.LightningDataModule):
@@ -25,12 +28,14 @@ class TaskDataModule(L.LightningDataModule):
     * `max_len`: the longest sequence a model reads;
     * `architectures`: the `model.arch` values that can learn the task (`encoder`, `decoder`);
     * `separator`: how tokens are written in text ("" for characters, " " for tokens written apart);
-    * `pad_id`, `bos_id`, `eos_id`: special tokens, None where the task has none;
-    * `num_classes`: an encoder's output classes, None for one per token.
+    * `pad_id`, `bos_id`, `eos_id`, `sep_id`: special tokens, None where the task has none;
+    * `num_classes`: an encoder's output classes, None for one per token; `class_names`, their names
+      (default: the tokens, where classes are tokens; else "0", "1", ...).
 
     From these it provides a `tokenizer` (text <-> ids) and `example(index)`, one example to inspect.
-    For the analysis tools a task may also define `alignment` (where attention should look) and
-    `corrupted_pairs` (inputs that differ in one token, for activation patching).
+    For the analysis tools a task may also define `alignment` (where attention should look: per-head
+    alignment), `corrupted_pairs` (inputs that differ in one token: activation patching) and
+    `text_example` (your own text as an example).
     """
 
     architectures: tuple[str, ...] = ("encoder",)
@@ -38,7 +43,22 @@ class TaskDataModule(L.LightningDataModule):
     pad_id: int | None = None
     bos_id: int | None = None
     eos_id: int | None = None
+    sep_id: int | None = None
     num_classes: int | None = None
+    class_names: list[str] | None = None
+    # Hyperparameters that name data files, each with the one holding its sha256 (or None), and copies of
+    # such files the package ships, by sha256 (the value the path then takes): a checkpoint's record of its
+    # task may only make the tools read a file the user names, a shipped copy, or one whose sha256 matches.
+    data_files: ClassVar[dict[str, str | None]] = {}
+    shipped_files: ClassVar[dict[str, str | None]] = {}
+
+    def check_architecture(self, arch: str) -> None:
+        """A one-line error unless `model.arch` can learn this task."""
+        require(
+            arch in self.architectures,
+            f"model={arch} cannot learn {type(self).__name__}'s task; use model="
+            + " or model=".join(self.architectures),
+        )
 
     @property
     def vocab(self) -> list[str]:
@@ -61,6 +81,7 @@ class TaskDataModule(L.LightningDataModule):
             "pad_id": self.pad_id,
             "bos_id": self.bos_id,
             "eos_id": self.eos_id,
+            "sep_id": self.sep_id,
             "max_len": self.max_len,
         }
 
@@ -111,5 +132,15 @@ class TaskDataModule(L.LightningDataModule):
         the copy differs in source token `position` only, and its output differs because of it."""
         raise ConfigError(
             f"{type(self).__name__} defines no corruption (inputs differing in one token), which activation "
-            "patching needs; use analysis=heads, lens or faithfulness"
+            "patching needs; define corrupted_pairs in the task (docs/own_task.md) or use analysis=heads, "
+            "lens or faithfulness"
         )
+
+    def length_note(self, length: int) -> str | None:
+        """A warning when an input of `length` tokens is of a length the task never trains on."""
+        return None
+
+    def text_example(self, ids: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """Your own input (token ids [T], written as the task writes text) as an example of one: (model
+        inputs, labels), labels of IGNORE_INDEX where the task cannot say what the output should be."""
+        return (ids.reshape(1, -1),), torch.full((1, ids.numel()), IGNORE_INDEX, dtype=torch.long)

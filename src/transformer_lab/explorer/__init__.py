@@ -1,18 +1,16 @@
 """An interactive attention explorer in one self-contained HTML file (offline; no server).
 
-    from transformer_lab import load_model
-    from transformer_lab.data.tokenizer import Tokenizer
+    import transformer_lab
     from transformer_lab.explorer import explore
 
-    model = load_model("saved_models/reverse/<run>/checkpoints/best.ckpt")
-    digits = Tokenizer(model.vocab, separator=" ")
-    page = explore(model, digits.encode("3 1 4 1 5 9 2 6"))  # the HTML as a str; Jupyter shows it inline
-    page.save("explorer.html")                                # open it in any browser, from disk
+    ckpt = transformer_lab.load("pretrained:reverse_2l4h")
+    page = explore(ckpt, *ckpt.text_example("3 1 4 1 5 9 2 6"))  # a str; Jupyter shows it inline
+    page.save("explorer.html")                                   # open it in any browser, from disk
 
 The page has a head view (hover a token: lines to the tokens it attends to, one colour per head), a
 model view (every layer x head as a small heatmap), attention rollout and gradient-weighted relevance
 next to the last layer's attention, the head-ablation table, and the model's top-3 predictions per
-position. `python scripts/explore.py ckpt_path=...` does the same from a checkpoint.
+position. `python -m transformer_lab.explore ckpt_path=...` does the same from a checkpoint.
 
 Files, one job each: `collect.py` (the numbers, from the model's hook points), `pack.py` (matrices
 made small), `page.py` (the HTML: page.html + explorer.css + explorer.js + the data, inlined).
@@ -22,6 +20,7 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
+from transformer_lab.analysis.arguments import as_model
 from transformer_lab.explorer.collect import ExplorerData, explorer_data
 from transformer_lab.explorer.page import ExplorerPage, render, write_page
 from transformer_lab.nn import TokenModel
@@ -31,18 +30,21 @@ __all__ = ["ExplorerData", "ExplorerPage", "explore", "explorer_data", "render",
 
 def explore(
     model: TokenModel,
-    tokens: Sequence[int] | Tensor,
+    tokens: Sequence[int] | Tensor | tuple[Tensor, ...],
     labels: Sequence[int] | Tensor | None = None,
     title: str | None = None,
     ablation: bool = True,
 ) -> ExplorerPage:
-    """The explorer page for one input of `model` (any model of `transformer_lab.nn`).
+    """The explorer page for one input of `model` (any model of `transformer_lab.nn`, or a checkpoint
+    loaded with `transformer_lab.load`, whose task then names the outputs).
 
-    tokens: token ids [T] or [1, T]; for an encoder-decoder the source (its greedy output is explained).
-    labels: the expected outputs, to mark each prediction right or wrong: one per position (-100 where
-    none) for an encoder or a decoder-only model, the expected output sequence (with <eos>) for an
-    encoder-decoder. title: the page's heading. ablation: include the head-ablation table (one forward
-    pass per head). Returns the HTML as an `ExplorerPage` (a str; `.save(path)` writes it).
+    tokens: token ids [T] or [1, T], or the model's inputs as a tuple (an encoder-decoder: source and
+    target; given the source alone, it is explained on the output it writes greedily). labels: the
+    expected output at each output position (-100 where none), to mark each prediction right or wrong.
+    title: the page's heading. ablation: include the head-ablation table (one forward pass per head).
+    Returns the HTML as an `ExplorerPage` (a str; `.save(path)` writes it).
     """
-    data = explorer_data(model, tokens, labels, ablation=ablation)
-    return render(data, title or f"Attention explorer: {model.config.arch} model")
+    names = getattr(model, "output_names", None)  # a Checkpoint knows its task's class names
+    net = as_model(model)
+    data = explorer_data(net, tokens, labels, ablation=ablation, output_names=names)
+    return render(data, title or f"Attention explorer: {net.config.arch} model")

@@ -1,39 +1,54 @@
 """Everything the explorer page shows, computed from a model through its hook points.
 
-`explorer_data(model, tokens, labels)` runs the model on one input and returns an `ExplorerData`: plain
+`explorer_data(model, inputs, labels)` runs the model on one input and returns an `ExplorerData`: plain
 numbers (NumPy arrays, lists, strings), no tensors and no HTML:
 
-* `kinds`: the attention weights of every layer and head, [L, H, T_query, T_key] per kind of attention:
-  `self` for an encoder or a decoder-only model; `encoder`, `decoder` and `cross` for an encoder-decoder;
+* `kinds`: the attention weights of every layer and head, [L, H, T_query, T_key] per group of attention
+  layers (`AttentionLayer.group`): `self` for an encoder or a decoder-only model; `encoder`, `decoder` and
+  `cross` for an encoder-decoder;
 * `overlays`: attention rollout and gradient-weighted relevance ([outputs, inputs], each row as shares of
-  its output), computed by `transformer_lab.explain`, as scripts/explain.py shows them;
+  its output), computed by `transformer_lab.analysis.explain`, as the explain tool shows them;
 * `ablation`: per attention layer and head, how much the mean log-probability of the model's own
-  predictions drops when that head's output z is set to zero (one forward pass per head);
+  predictions drops when that head's output z is set to zero (`interventions.ablate_heads`);
 * `predictions`: at every output position the top-3 tokens with their probabilities, and whether the
   top one is the label where a label is known.
 
-An encoder-decoder is explained on the output it generates greedily from `tokens` (its source), as
-scripts/explain.py does; its `labels`, if given, are the expected output (target tokens and <eos>).
+The input is the model's inputs (a tensor of token ids, or an encoder-decoder's source and target). Given
+only a source, an encoder-decoder is explained on the output it writes greedily from it.
 """
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from transformer_lab import explain, interventions
-from transformer_lab.data.task import IGNORE_INDEX
-from transformer_lab.nn import EncoderClassifier, EncoderDecoder, TokenModel
+from transformer_lab.analysis import explain, interventions
+from transformer_lab.analysis.arguments import as_model
+from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
 
 TOP_K = 3
+GROUP_TEXT = {  # title, what a row (query) is, what a column (key) is
+    "self": ("Self-attention", "query: the token that reads", "key: the token it reads"),
+    "encoder": ("Encoder self-attention", "query: source token that reads", "key: source token it reads"),
+    "decoder": (
+        "Decoder self-attention (causal)",
+        "query: output position that reads",
+        "key: an earlier output token",
+    ),
+    "cross": ("Cross-attention", "query: output position (decoder)", "key: source token (encoder output)"),
+}
+ARCHITECTURES = {
+    "encoder": "encoder",
+    "decoder": "decoder-only (GPT-style)",
+    "encoder_decoder": "encoder-decoder",
+}
 
 
 @dataclass
 class AttentionKind:
-    """One kind of attention: `maps[l, h]` is layer l, head h's [rows, cols] weights (row = query)."""
+    """One group of attention layers: `maps[l, h]` is layer l, head h's [rows, cols] weights."""
 
     name: str  # self | encoder | decoder | cross
     title: str
@@ -91,21 +106,9 @@ class ExplorerData:
     overlay_cols: list[str]
     overlays: list[Overlay]
     predictions: list[Prediction]
-    prediction_kind: str  # the kind whose query rows the predictions are about
+    prediction_kinds: list[str]  # the kinds whose query rows the predictions are about
     ablation: Ablation | None = None
     notes: list[str] = field(default_factory=list)
-
-
-@contextmanager
-def _eval(model: TokenModel) -> Iterator[None]:
-    """Eval mode without gradients for the call; the model's mode is restored afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
 
 
 def _off_diagonal_max(matrix: Tensor) -> float:
@@ -114,25 +117,26 @@ def _off_diagonal_max(matrix: Tensor) -> float:
     return float(matrix.masked_fill(eye, 0).max())
 
 
-def _stacked(maps: list[Tensor]) -> np.ndarray:
-    """A list of [1, H, R, C] maps (one per layer) as one float32 array [L, H, R, C]."""
-    return torch.cat(maps).float().cpu().numpy()
-
-
-def output_names(model: TokenModel) -> list[str]:
-    """The names of the model's output classes: its tokens, or class numbers for a classifier with its
-    own `num_classes`."""
-    if isinstance(model, EncoderClassifier) and model.config.num_classes is not None:
-        return [str(i) for i in range(model.config.num_classes)]
-    return model.vocab
-
-
-def _as_ids(values: Sequence[int] | Tensor | None) -> list[int] | None:
-    if values is None:
-        return None
-    if isinstance(values, Tensor):
-        values = values.reshape(-1).tolist()
-    return [int(v) for v in values]
+def _as_inputs(model: TokenModel, inputs: Tensor | Sequence) -> tuple[Tensor, ...]:
+    """Token ids as a batch of one per model input, checked against the vocabulary and the positions."""
+    device = next(model.parameters()).device
+    if isinstance(inputs, Tensor) or not inputs or not isinstance(inputs[0], Tensor | Sequence):
+        inputs = (inputs,)  # one sequence of token ids
+    batch = []
+    for x in inputs:
+        x = torch.as_tensor(x, dtype=torch.long).reshape(1, -1).to(device)
+        if x.size(1) == 0:
+            raise ValueError("tokens is empty; pass at least one token id")
+        vocab_size = model.config.vocab_size
+        if int(x.min()) < 0 or int(x.max()) >= vocab_size:
+            bad = next(i for i in x[0].tolist() if not 0 <= i < vocab_size)
+            raise ValueError(f"token id {bad} is not in the model's vocabulary (ids 0 to {vocab_size - 1})")
+        if x.size(1) > model.max_len:
+            raise ValueError(
+                f"the input has {x.size(1)} tokens, more than the model's max_len={model.max_len}"
+            )
+        batch.append(x)
+    return tuple(batch)
 
 
 def _predictions(
@@ -156,221 +160,138 @@ def _predictions(
     return out
 
 
-def head_ablation(
+def _ablation(
     model: TokenModel, inputs: tuple[Tensor, ...], predicted: Tensor, positions: Tensor
-) -> tuple[float, list[list[float]]]:
-    """Mean log p(predicted token) over `positions` (bool [T]) with nothing ablated, and its drop with
-    each head's z set to zero, [attention layers][heads] (interventions.attention_layers order)."""
-    layers = interventions.attention_layers(model)
+) -> Ablation:
+    """Each head zero-ablated in turn: the drop of the mean log p(predicted token) over `positions`."""
 
     def mean_log_prob(logits: Tensor) -> float:
         log_probs = logits[0].float().log_softmax(dim=-1)
-        chosen = log_probs.gather(1, predicted[:, None])[:, 0]
-        return float(chosen[positions].mean())
+        return float(log_probs.gather(1, predicted[:, None])[:, 0][positions].mean())
 
-    def ablated(head: tuple[int, int]) -> float:  # (layer index, head) zero-ablated
-        hooks = interventions.ablation_hooks([head], layers, None)
-        return mean_log_prob(model.run_with_hooks(*inputs, fwd_hooks=hooks))
-
-    with _eval(model):
-        baseline = mean_log_prob(model(*inputs))
-        heads = range(model.config.num_heads)
-        drops = [[baseline - ablated((i, h)) for h in heads] for i in range(len(layers))]
-    return baseline, drops
-
-
-def _layer_kind(layer: str, default: str) -> tuple[str, int]:
-    """The AttentionKind an attention layer's maps are in, and its index there."""
-    index = int(layer.split("blocks.")[1].split(".")[0])
-    if layer.endswith("cross_attn"):
-        return "cross", index
-    return {"encoder": "encoder", "decoder": "decoder"}.get(layer.split(".")[0], default), index
-
-
-def _ablation(
-    model: TokenModel, inputs: tuple[Tensor, ...], predicted: Tensor, positions: Tensor, default_kind: str
-) -> Ablation:
-    layers = interventions.attention_layers(model)
-    baseline, drops = head_ablation(model, inputs, predicted, positions)
-    kinds = [_layer_kind(layer, default_kind) for layer in layers]
+    result = interventions.ablate_heads(model, inputs, score=mean_log_prob, metric="mean log p")
+    layers = model.attention_layers()
+    groups = [layer.group for layer in layers]
     return Ablation(
-        layers=layers,
-        labels=[interventions.head_label(layer, 0).removesuffix("H0") for layer in layers],
-        kinds=[k for k, _ in kinds],
-        indices=[i for _, i in kinds],
-        baseline=baseline,
-        drops=drops,
+        layers=result.layers,
+        labels=[layer.label for layer in layers],
+        kinds=groups,
+        indices=[groups[:i].count(group) for i, group in enumerate(groups)],
+        baseline=result.baseline,
+        drops=[[result.baseline - value for value in row] for row in result.ablated],
         positions=int(positions.sum()),
     )
 
 
-def _summary(model: TokenModel, **more: object) -> dict:
-    """The model's sizes, and how to write its tokens as text: one after the other for a character
-    vocabulary (one with a space in it), apart otherwise."""
-    config = model.config
-    characters = " " in model.vocab and all(len(token) == 1 for token in model.vocab)
-    return {
-        "arch": config.arch,
-        "join": "" if characters else " ",
-        "layers": config.num_layers,
-        "heads": config.num_heads,
-        "model_dim": config.model_dim,
-        "parameters": sum(p.numel() for p in model.parameters()),
-    } | more
+def _notes(model: TokenModel) -> list[str]:
+    kinds = {layer.kind for layer in model.attention_layers()}
+    if "cross" in kinds:
+        return [
+            "Output position t reads <bos> and the outputs before it, and the whole source through "
+            "cross-attention; the predictions are what it writes at each position."
+        ]
+    if "causal" in kinds:
+        return ["Position t reads tokens 0..t and predicts token t + 1."]
+    return ["Every position reads the whole input and predicts its own output."]
 
 
 def explorer_data(
     model: TokenModel,
-    tokens: Sequence[int] | Tensor,
+    inputs: Tensor | Sequence,
     labels: Sequence[int] | Tensor | None = None,
     ablation: bool = True,
+    output_names: list[str] | None = None,
 ) -> ExplorerData:
-    """The explorer's data for one input: token ids [T] or [1, T] (an encoder-decoder: the source).
+    """The explorer's data for one input: token ids [T] or [1, T] (or a tuple of them, one per model
+    input: an encoder-decoder's source and target). Given only a source, an encoder-decoder is explained
+    on the output it writes greedily.
 
-    `labels`: per position the expected output (-100 where none), for an encoder or a decoder-only
-    model; for an encoder-decoder the expected output sequence (target tokens and <eos>). `ablation`:
-    also the head-ablation table (one forward pass per head).
+    `labels`: per output position the expected output (-100 where none). `ablation`: also the
+    head-ablation table (one forward pass per head). `output_names`: the output classes' names (default:
+    the tokens; `Checkpoint.output_names` knows a task's own).
     """
-    ids = _as_ids(tokens)
-    if not ids:
-        raise ValueError("tokens is empty; pass at least one token id")
-    vocab_size = model.config.vocab_size
-    bad = [i for i in ids if not 0 <= i < vocab_size]
-    if bad:
-        raise ValueError(f"token id {bad[0]} is not in the model's vocabulary (ids 0 to {vocab_size - 1})")
-    if len(ids) > model.max_len:
-        raise ValueError(f"the input has {len(ids)} tokens, more than the model's max_len={model.max_len}")
-    device = next(model.parameters()).device
-    x = torch.tensor([ids], dtype=torch.long, device=device)
-    if isinstance(model, EncoderDecoder):
-        return _collect_encoder_decoder(model, x, _as_ids(labels), ablation)
-    return _collect_stack(model, x, _as_ids(labels), ablation)
-
-
-def _collect_stack(model: TokenModel, x: Tensor, labels: list[int] | None, ablation: bool) -> ExplorerData:
-    """An encoder (a class per position) or a decoder-only model (position t predicts token t + 1)."""
-    if labels is not None and len(labels) != x.size(1):
-        raise ValueError(f"labels has {len(labels)} entries for {x.size(1)} tokens; give one per token")
-    causal = bool(getattr(model, "causal", False))
-    with _eval(model):
-        logits, cache = model.run_with_cache(x, names_filter=lambda name: name.endswith("hook_pattern"))
-    maps = list(cache.values())
-    rollout = explain.attention_rollout(maps)[0]
-    relevance = explain.gradient_attention_all(model, x)[0]
-    relevance = explain.attention_added(relevance).clamp_min(0)  # R - I, rows as shares of the output
-
-    vocab, names = model.vocab, output_names(model)
-    tokens = [vocab[i] for i in x[0].tolist()]
+    model = as_model(model)
+    inputs = _as_inputs(model, inputs)
+    labels = None if labels is None else [int(v) for v in torch.as_tensor(labels).reshape(-1).tolist()]
+    if len(inputs) < model.num_inputs:  # a source alone: explain the output the model writes from it
+        output = model.answer(inputs[0])
+        inputs = model.forced_inputs(inputs[0], output)
+        if labels is not None:  # the expected output, against what the model wrote
+            width = inputs[-1].size(1)
+            labels = (labels + [IGNORE_INDEX] * width)[:width]
+    if labels is not None and len(labels) != inputs[-1].size(1):
+        raise ValueError(
+            f"labels has {len(labels)} entries for {inputs[-1].size(1)} output positions; give one per "
+            "position"
+        )
+    vocab, names = model.vocab, output_names or model.vocab
+    tokens = [[vocab[i] for i in x[0].tolist()] for x in inputs]
+    groups = explain.grouped_maps(model, *inputs)
+    layers = {layer.group: layer for layer in model.attention_layers()}  # one layer of each group
+    kinds = [
+        AttentionKind(
+            group,
+            GROUP_TEXT[group][0]
+            + (" (causal)" if layers[group].kind == "causal" and group == "self" else ""),
+            tokens[layers[group].queries],
+            tokens[layers[group].keys],
+            *GROUP_TEXT[group][1:],
+            torch.cat(maps).float().cpu().numpy(),
+        )
+        for group, maps in groups.items()
+    ]
+    rollout = explain.rollout(groups)[0]
+    relevance = explain.relevance(model, *inputs)[0].clamp_min(0)
+    with evaluating(model):
+        logits = model(*inputs)
     probs = logits[0].float().softmax(dim=-1)
     predicted = probs.argmax(dim=-1)
-    predictions = _predictions(probs.cpu(), tokens, names, labels)
-    labelled = torch.tensor([label != IGNORE_INDEX for label in labels]) if labels else None
-    positions = (
-        labelled if labelled is not None and bool(labelled.any()) else torch.ones(x.size(1), dtype=torch.bool)
-    )
-    if causal:
-        what = ("query: the token that reads", "key: an earlier token it reads")
-        title = "Causal self-attention"
-        note = "Position t reads tokens 0..t and predicts token t + 1."
-    else:
-        what = ("query: the token that reads", "key: the token it reads")
-        title = "Self-attention"
-        note = "Every position reads the whole input and predicts its own output."
-    kind = AttentionKind("self", title, tokens, tokens, *what, _stacked(maps))
     output_rows = [names[i] for i in predicted.tolist()]
+    labelled = None if labels is None else torch.tensor([label != IGNORE_INDEX for label in labels])
+    if labelled is not None and bool(labelled.any()):
+        first = int(labelled.int().argmax())  # before the first label: a prompt, whose outputs mean nothing
+        output_rows = [""] * first + output_rows[first:]
+        positions = labelled
+    else:
+        positions = torch.ones(len(predicted), dtype=torch.bool)
+    reading = "cross" if "cross" in groups else "self"  # the group that reads the input
+    last_input = len(inputs) - 1
     return ExplorerData(
         arch=model.config.arch,
-        summary=_summary(model, input=tokens, output=output_rows, causal=causal),
-        kinds=[kind],
-        overlay_kind="self",
+        summary={
+            "arch": model.config.arch,
+            "architecture": ARCHITECTURES.get(model.config.arch, model.config.arch),
+            "shape": model.shape(),
+            "join": "" if " " in vocab and all(len(t) == 1 for t in vocab) else " ",
+            "layers": model.config.num_layers,
+            "heads": model.config.num_heads,
+            "model_dim": model.config.model_dim,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "input": tokens[0],
+            "output": output_rows,
+            "causal": model.generates,
+        },
+        kinds=kinds,
+        overlay_kind=reading,
         overlay_rows=output_rows,
-        overlay_cols=tokens,
+        overlay_cols=tokens[0],
         overlays=[
             Overlay(
-                "rollout", "Attention rollout", rollout.float().cpu().numpy(), _off_diagonal_max(rollout)
+                "rollout",
+                "Attention rollout"
+                + (" (through encoder, decoder and cross-attention)" if reading == "cross" else ""),
+                rollout.float().cpu().numpy(),
+                None if reading == "cross" else _off_diagonal_max(rollout),
             ),
             Overlay(
                 "relevance",
                 "Gradient-weighted relevance",
                 relevance.float().cpu().numpy(),
-                _off_diagonal_max(relevance),
+                None if reading == "cross" else _off_diagonal_max(relevance),
             ),
         ],
-        predictions=predictions,
-        prediction_kind="self",
-        ablation=_ablation(model, (x,), predicted, positions.to(x.device), "self") if ablation else None,
-        notes=[note],
-    )
-
-
-def _collect_encoder_decoder(
-    model: EncoderDecoder, source: Tensor, labels: list[int] | None, ablation: bool
-) -> ExplorerData:
-    """The output an encoder-decoder generates greedily for `source`, and how each output reads it."""
-    with _eval(model):
-        output = model.generate(source)
-    target = torch.cat([torch.full_like(output[:, :1], model.bos_id), output[:, :-1]], dim=1)
-    maps = explain.encoder_decoder_maps(model, source, target)
-    rollout = explain.row_shares(explain.encoder_decoder_rollout(maps)[0])
-    relevance = explain.row_shares(explain.source_relevance(model, source, target)[0])
-    with _eval(model):
-        logits = model(source, target)
-    vocab = model.vocab
-    source_tokens = [vocab[i] for i in source[0].tolist()]
-    target_tokens = [vocab[i] for i in target[0].tolist()]
-    output_tokens = [vocab[i] for i in output[0].tolist()]
-    probs = logits[0].float().softmax(dim=-1)
-    predictions = _predictions(probs.cpu(), target_tokens, vocab, labels)
-    kinds = [
-        AttentionKind(
-            "encoder",
-            "Encoder self-attention",
-            source_tokens,
-            source_tokens,
-            "query: source token that reads",
-            "key: source token it reads",
-            _stacked(maps["encoder"]),
-        ),
-        AttentionKind(
-            "decoder",
-            "Decoder self-attention (causal)",
-            target_tokens,
-            target_tokens,
-            "query: output position that reads",
-            "key: an earlier output token",
-            _stacked(maps["decoder"]),
-        ),
-        AttentionKind(
-            "cross",
-            "Cross-attention",
-            target_tokens,
-            source_tokens,
-            "query: output position (decoder)",
-            "key: source token (encoder output)",
-            _stacked(maps["cross"]),
-        ),
-    ]
-    everywhere = torch.ones(target.size(1), dtype=torch.bool, device=source.device)
-    return ExplorerData(
-        arch=model.config.arch,
-        summary=_summary(model, input=source_tokens, output=output_tokens, causal=False),
-        kinds=kinds,
-        overlay_kind="cross",
-        overlay_rows=output_tokens,
-        overlay_cols=source_tokens,
-        overlays=[
-            Overlay(
-                "rollout",
-                "Attention rollout (through encoder, decoder and cross-attention)",
-                rollout.float().cpu().numpy(),
-            ),
-            Overlay("relevance", "Gradient-weighted relevance", relevance.float().cpu().numpy()),
-        ],
-        predictions=predictions,
-        prediction_kind="decoder",
-        ablation=_ablation(model, (source, target), output[0], everywhere, "cross") if ablation else None,
-        notes=[
-            "The output is generated greedily from the source; output position t reads <bos> and the "
-            "outputs before it, and the whole source through cross-attention."
-        ],
+        predictions=_predictions(probs.cpu(), tokens[last_input], names, labels),
+        prediction_kinds=[group for group, layer in layers.items() if layer.queries == last_input],
+        ablation=_ablation(model, inputs, predicted, positions.to(predicted.device)) if ablation else None,
+        notes=_notes(model),
     )

@@ -131,7 +131,7 @@
   let overlays = []; // DATA.overlays.items with .stack
   const kind = () => kinds[state.kind];
   const mapIndex = (layer, head) => layer * HEADS + head;
-  const predictionsAlign = () => DATA.predictions.kind === kind().name || (DATA.arch === "encoder_decoder" && kind().name === "cross");
+  const predictionsAlign = () => DATA.predictions.kinds.includes(kind().name);
   const overlaysAlign = () => DATA.overlays.kind === kind().name;
 
   // --------------------------------------------------------------------------- tooltip
@@ -306,10 +306,9 @@
   function drawHeader() {
     const s = DATA.summary;
     $("title").textContent = DATA.title;
-    const arch = { encoder: "encoder", decoder: "decoder-only (GPT-style)", encoder_decoder: "encoder-decoder" }[DATA.arch];
     const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
     $("summary").textContent =
-      `${arch} model · ${plural(s.layers, "layer")} × ${plural(s.heads, "head")} · d_model ${s.model_dim} · ` +
+      `${s.architecture} model · ${s.shape} · ` +
       `${s.parameters.toLocaleString("en")} parameters · ${plural(s.input.length, "input token")}. ` + DATA.notes.join(" ") +
       (kinds[0].stack.levels < 255 ? ` Attention weights are stored to 1/${kinds[0].stack.levels} of each row's largest (thinned to keep the file small).` : "");
     const io = $("io");
@@ -681,7 +680,7 @@
         rows,
         cols,
         title: panel.title,
-        xlabel: DATA.arch === "encoder_decoder" ? "source token (input)" : "input token",
+        xlabel: DATA.overlays.xlabel,
         ylabel: "output: the predicted token",
         cmap: CMAPS[panel.name],
         vmax: panel.vmax,
@@ -765,7 +764,7 @@
     $("prediction-summary").textContent = labelled.length
       ? `${right} of ${labelled.length} predictions with a known label are right (${pct(right / labelled.length)}).`
       : "No expected output is known for this input: the predictions are shown without right or wrong.";
-    const readsTitle = DATA.arch === "encoder_decoder" ? "reads (output so far)" : "reads";
+    const readsTitle = DATA.predictions.reads_title;
     const header = el("tr", {}, ...["pos", readsTitle, "1st", "2nd", "3rd", "expected", ""].map((t) => el("th", { text: t })));
     const prob = (entry) =>
       entry

@@ -7,15 +7,14 @@ browser, and can be mailed. `ExplorerPage` is that HTML as a `str` that Jupyter 
 
 import html
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
 from transformer_lab.explorer.collect import ExplorerData
 from transformer_lab.explorer.pack import pack, pack_within
+from transformer_lab.files import write_atomically
 
 MARKER = re.compile(r"<!--explorer:(title|css|js|data)-->")
 FORMAT_VERSION = 1
@@ -62,9 +61,14 @@ def payload(data: ExplorerData, title: str, budget: int = ATTENTION_BUDGET) -> d
             "kind": data.overlay_kind,
             "rows": data.overlay_rows,
             "cols": data.overlay_cols,
+            "xlabel": "source token (input)" if data.overlay_kind == "cross" else "input token",
             "items": overlays,
         },
-        "predictions": {"kind": data.prediction_kind, "rows": [asdict(p) for p in data.predictions]},
+        "predictions": {
+            "kinds": data.prediction_kinds,
+            "reads_title": "reads" if "self" in data.prediction_kinds else "reads (output so far)",
+            "rows": [asdict(p) for p in data.predictions],
+        },
         "ablation": asdict(data.ablation) if data.ablation is not None else None,
     }
 
@@ -99,16 +103,6 @@ def render(data: ExplorerData, title: str) -> ExplorerPage:
 
 
 def write_page(page: str, path: str | Path) -> Path:
-    """Write the page to `path` all at once: to a temporary file in the same directory, then renamed
-    over `path` (os.replace), so an interrupted or failed write never leaves a partial page behind."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            f.write(page)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    """Write the page to `path` all at once (`files.write_atomically`): an interrupted or failed write
+    never leaves a partial page behind."""
+    return write_atomically(path, lambda f: f.write(page.encode("utf-8")))

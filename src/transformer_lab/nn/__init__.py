@@ -3,9 +3,10 @@
 attention.py   scaled dot-product and multi-head attention, masks, the KV cache
 positional.py  sinusoidal, learned or no positional encoding
 blocks.py      the MLP, the encoder block, a stack of blocks (the course tutorial's layers)
-hooks.py       hook points: named places to read or replace activations
+hooks.py       hook points: named places to read or replace activations; evaluating(model)
 config.py      ModelConfig: every architecture setting, checked once
-models.py      EncoderClassifier, DecoderLM: token ids in, logits out
+models.py      EncoderClassifier, DecoderLM, EncoderDecoder: token ids in, logits out; what they share
+               (TokenModel: attention layers and their kind, batch layout, greedy answers)
 sampling.py    greedy / temperature / top-k / top-p choice of the next token
 """
 
@@ -19,13 +20,16 @@ from transformer_lab.nn.attention import (
 )
 from transformer_lab.nn.blocks import MLP, DecoderBlock, EncoderBlock, TransformerEncoder, make_dropout
 from transformer_lab.nn.config import ModelConfig
-from transformer_lab.nn.hooks import HookedModule, HookPoint
+from transformer_lab.nn.hooks import HookedModule, HookName, HookPoint, evaluating, parse_hook_name
 from transformer_lab.nn.models import (
+    IGNORE_INDEX,
+    AttentionLayer,
     Cache,
     DecoderLM,
     EncoderClassifier,
     EncoderDecoder,
     FinalNorm,
+    Specials,
     TokenModel,
     TransformerStack,
     build_model,
@@ -39,7 +43,9 @@ from transformer_lab.nn.positional import (
 from transformer_lab.nn.sampling import sample_next_token
 
 __all__ = [
+    "IGNORE_INDEX",
     "MLP",
+    "AttentionLayer",
     "Cache",
     "DecoderBlock",
     "DecoderLM",
@@ -47,6 +53,7 @@ __all__ = [
     "EncoderClassifier",
     "EncoderDecoder",
     "FinalNorm",
+    "HookName",
     "HookPoint",
     "HookedModule",
     "KVCache",
@@ -55,15 +62,18 @@ __all__ = [
     "MultiheadAttention",
     "NoPositionalEncoding",
     "PositionalEncoding",
+    "Specials",
     "TokenModel",
     "TransformerEncoder",
     "TransformerStack",
     "attention_pattern",
     "build_model",
     "causal_mask",
+    "evaluating",
     "expand_mask",
     "make_dropout",
     "make_positional_encoding",
+    "parse_hook_name",
     "sample_next_token",
     "scaled_dot_product",
 ]

@@ -46,7 +46,8 @@ class EncoderBlock(HookedModule):
     Post-norm (the original Transformer, `norm_first=False`):  x = LN(x + Attn(x)); x = LN(x + MLP(x)).
     Pre-norm (GPT-2 and later, `norm_first=True`):             x = x + Attn(LN(x)); x = x + MLP(LN(x)).
     Pre-norm keeps an identity path from input to output and trains deep stacks without careful warmup.
-    `bias=False` drops the additive biases of every Linear and LayerNorm (nanoGPT's default).
+    `bias=False` drops the additive biases of every Linear and LayerNorm (nanoGPT's default); `mlp=False`
+    leaves the MLP sub-layer out (an attention-only block, and its hook points with it).
 
     Hook points, in forward order: `hook_resid_pre` (the block's input), the attention's, `hook_attn_out`,
     `hook_resid_mid` (the stream between attention and MLP), the MLP's, `hook_mlp_out`, `hook_resid_post`.
@@ -62,6 +63,7 @@ class EncoderBlock(HookedModule):
         activation: str = "relu",
         bias: bool = True,
         scale_attention: bool = True,
+        mlp: bool = True,
     ):
         super().__init__()
         self.norm_first = norm_first
@@ -70,9 +72,10 @@ class EncoderBlock(HookedModule):
         self.attn = MultiheadAttention(input_dim, input_dim, num_heads, bias=bias, scale=scale_attention)
         self.hook_attn_out = HookPoint()
         self.hook_resid_mid = HookPoint()
-        self.norm2 = nn.LayerNorm(input_dim, bias=bias)
-        self.mlp = MLP(input_dim, dim_feedforward, activation, dropout, bias)
-        self.hook_mlp_out = HookPoint()
+        if mlp:  # without one: an attention-only block (the induction-head experiments' models)
+            self.norm2 = nn.LayerNorm(input_dim, bias=bias)
+            self.mlp = MLP(input_dim, dim_feedforward, activation, dropout, bias)
+            self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
         self.dropout = make_dropout(dropout)
 
@@ -83,10 +86,12 @@ class EncoderBlock(HookedModule):
         x = self.hook_resid_pre(x)
         if self.norm_first:
             x = self.hook_resid_mid(x + self._attention(self.norm1(x), mask, causal, kv_cache))
-            x = x + self.hook_mlp_out(self.dropout(self.mlp(self.norm2(x))))
+            if hasattr(self, "mlp"):
+                x = x + self.hook_mlp_out(self.dropout(self.mlp(self.norm2(x))))
         else:
             x = self.hook_resid_mid(self.norm1(x + self._attention(x, mask, causal, kv_cache)))
-            x = self.norm2(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
+            if hasattr(self, "mlp"):
+                x = self.norm2(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
         return self.hook_resid_post(x)
 
     def _attention(self, x: Tensor, mask: Tensor | None, causal: bool, kv_cache: KVCache | None) -> Tensor:
@@ -114,6 +119,7 @@ class DecoderBlock(HookedModule):
         activation: str = "relu",
         bias: bool = True,
         scale_attention: bool = True,
+        mlp: bool = True,
     ):
         super().__init__()
         self.norm_first = norm_first
@@ -128,9 +134,10 @@ class DecoderBlock(HookedModule):
         )
         self.hook_cross_attn_out = HookPoint()
         self.hook_resid_mid_cross = HookPoint()
-        self.norm3 = nn.LayerNorm(input_dim, bias=bias)
-        self.mlp = MLP(input_dim, dim_feedforward, activation, dropout, bias)
-        self.hook_mlp_out = HookPoint()
+        if mlp:
+            self.norm3 = nn.LayerNorm(input_dim, bias=bias)
+            self.mlp = MLP(input_dim, dim_feedforward, activation, dropout, bias)
+            self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
         self.dropout = make_dropout(dropout)
 
@@ -160,11 +167,13 @@ class DecoderBlock(HookedModule):
         if self.norm_first:
             x = self.hook_resid_mid(x + attend(self.norm1(x)))
             x = self.hook_resid_mid_cross(x + cross(self.norm2(x)))
-            x = x + self.hook_mlp_out(self.dropout(self.mlp(self.norm3(x))))
+            if hasattr(self, "mlp"):
+                x = x + self.hook_mlp_out(self.dropout(self.mlp(self.norm3(x))))
         else:
             x = self.hook_resid_mid(self.norm1(x + attend(x)))
             x = self.hook_resid_mid_cross(self.norm2(x + cross(x)))
-            x = self.norm3(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
+            if hasattr(self, "mlp"):
+                x = self.norm3(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
         return self.hook_resid_post(x)
 
 

@@ -8,6 +8,18 @@ config, where these values are usually set.
 from dataclasses import asdict, dataclass
 
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
+# Upper bounds on every size, far above what these models train on a laptop or a GPU, so that a config or
+# a checkpoint made by someone else cannot make a model allocate absurd memory before any other check.
+LIMITS = {
+    "vocab_size": 1 << 22,
+    "num_classes": 1 << 22,
+    "model_dim": 1 << 15,
+    "num_heads": 1 << 10,
+    "num_layers": 1 << 10,
+    "mlp_ratio": 1 << 6,
+    "dim_feedforward": 1 << 17,
+    "max_len": 1 << 20,
+}
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "none")
 
 
@@ -20,8 +32,9 @@ class ModelConfig:
     vocab / vocab_size: the tokens' strings, or only how many there are (their strings are then "0", "1",
     ...); give either.
     num_classes: an encoder's output classes (default: one per token); decoders predict tokens.
-    pad_id, bos_id, eos_id: special tokens, where the task has them. Padding positions (`pad_id`) are
-    hidden from attention; `bos_id` starts and `eos_id` ends a generated sequence.
+    pad_id, bos_id, eos_id, sep_id: special tokens, where the task has them. Padding positions (`pad_id`)
+    are hidden from attention; `bos_id` starts and `eos_id` ends a generated sequence; `sep_id` ends a
+    decoder-only model's source (`source <sep> target`; default: the token `<sep>` if the vocabulary has one).
     dim_feedforward: the MLP's hidden size (default `mlp_ratio * model_dim`).
     max_len: positions the model can read (the positional encoding's length; a decoder's context).
     norm_first: pre-norm blocks (GPT-2) instead of post-norm (the original Transformer).
@@ -29,6 +42,7 @@ class ModelConfig:
     output_mlp: the course tutorial's Linear-LayerNorm-ReLU-Linear classifier instead of one Linear.
     tie_embeddings: one matrix for the token embedding and the output layer (Press & Wolf, 2017).
     scale_attention: divide attention scores by sqrt(d_head) (false only to see why it is there).
+    mlp: an MLP in every block (false: attention-only blocks, as in the induction-head experiments).
     """
 
     arch: str = "encoder"
@@ -38,6 +52,7 @@ class ModelConfig:
     pad_id: int | None = None
     bos_id: int | None = None
     eos_id: int | None = None
+    sep_id: int | None = None
     model_dim: int = 32
     num_heads: int = 1
     num_layers: int = 1
@@ -53,12 +68,15 @@ class ModelConfig:
     output_mlp: bool = True
     tie_embeddings: bool = False
     scale_attention: bool = True
+    mlp: bool = True
 
     def __post_init__(self) -> None:
         if self.vocab is not None:
             self.vocab = [str(token) for token in self.vocab]
             if self.vocab_size is None:
                 self.vocab_size = len(self.vocab)
+            if self.sep_id is None and "<sep>" in self.vocab:  # checkpoints from before sep_id existed
+                self.sep_id = self.vocab.index("<sep>")
         self.check()
 
     @property
@@ -88,7 +106,13 @@ class ModelConfig:
                 value is None or (_is_int(value) and value > 0),
                 f"model.{key}={value!r} must be a positive integer (or null)",
             )
-        for key in ("pad_id", "bos_id", "eos_id"):
+        for key, bound in LIMITS.items():
+            value = getattr(self, key)
+            _require(
+                value is None or value <= bound,
+                f"model.{key}={value} is more than this package's limit of {bound}; use a smaller value",
+            )
+        for key in ("pad_id", "bos_id", "eos_id", "sep_id"):
             value = getattr(self, key)
             _require(
                 value is None or (_is_int(value) and 0 <= value < self.vocab_size),
@@ -109,7 +133,7 @@ class ModelConfig:
                 isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1,
                 f"model.{key}={value!r} must be in [0, 1)",
             )
-        for key in ("norm_first", "bias", "output_mlp", "tie_embeddings", "scale_attention"):
+        for key in ("norm_first", "bias", "output_mlp", "tie_embeddings", "scale_attention", "mlp"):
             value = getattr(self, key)
             _require(isinstance(value, bool), f"model.{key}={value!r} must be true or false")
         _require(

@@ -15,13 +15,64 @@ for the rest of the pass, returning None leaves it as it was. `hook.name` is the
 Hooks are removed when the call returns, also when it raises.
 """
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
+import torch
 from torch import Tensor, nn
 
 HookFn = Callable[[Tensor, "HookPoint"], Tensor | None]
 NameFilter = str | Callable[[str], bool]
+
+
+class HookName(NamedTuple):
+    """A hook point's name taken apart: `decoder.blocks.1.cross_attn.hook_z` is stack `decoder`, block 1,
+    module `cross_attn`, hook `hook_z`; `hook_embed` is stack "", block None, module "", hook `hook_embed`."""
+
+    stack: str  # "", or `encoder` / `decoder` in an encoder-decoder
+    block: int | None  # the block's index in its stack; None outside the blocks
+    module: str  # the module inside the block (`attn`, `cross_attn`, `mlp`, ...), "" for the block's own
+    hook: str  # the hook point itself, `hook_...`
+
+
+def parse_hook_name(name: str) -> HookName:
+    """The one parser of hook names (and of module names such as `blocks.0.attn`, whose hook is "")."""
+    parts = name.split(".")
+    stack = parts.pop(0) if parts[0] in ("encoder", "decoder") else ""
+    block = None
+    if parts[:1] == ["blocks"] and len(parts) > 1 and parts[1].isdigit():
+        block = int(parts[1])
+        parts = parts[2:]
+    hook = parts.pop() if parts and parts[-1].startswith("hook_") else ""
+    return HookName(stack, block, ".".join(parts), hook)
+
+
+AUTOGRAD = {
+    "off": torch.no_grad,  # what the analyses use: no graph is kept
+    "inference": torch.inference_mode,  # faster still (generation); what it makes stays out of autograd
+    "keep": contextlib.nullcontext,  # as the caller has it
+}
+
+
+@contextmanager
+def evaluating(model: nn.Module, autograd: str = "off") -> Iterator[None]:
+    """Eval mode for the duration of a `with` block, the model's mode restored afterwards: the one way
+    every analysis and generation runs a model. `autograd`: "off" (no graph), "inference"
+    (torch.inference_mode), "keep" (as the caller has it), or "on" (gradients with respect to
+    activations, also inside Lightning's validation, which runs under inference mode)."""
+    was_training = model.training
+    model.eval()
+    try:
+        if autograd == "on":
+            with torch.inference_mode(False), torch.enable_grad():
+                yield
+        else:
+            with AUTOGRAD[autograd]():
+                yield
+    finally:
+        model.train(was_training)
 
 
 class HookPoint(nn.Module):

@@ -12,7 +12,17 @@
 Padding: where the config has a `pad_id`, the model derives everything from the ids itself: padding
 positions are hidden from attention, and positions count real tokens only, so a sequence gets the same
 logits on its real positions alone or padded in a batch, padded on the right or on the left.
+
+What the three share (`TokenModel`), so that the tools built on them never ask which one they have:
+`attention_layers()` (each with its kind: self, causal or cross), `stacks()` and `readout` (the stack
+whose stream the output layer reads), how a sequence-to-sequence example is laid out as a batch for
+each (`layout`, `prompts`, `sources`, `output_labels`, `alignment`), and `answer`: the greedy output for a
+batch of prompts.
 """
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +31,7 @@ from torch import Tensor, nn
 from transformer_lab.nn.attention import KVCache
 from transformer_lab.nn.blocks import DecoderBlock, EncoderBlock, make_dropout
 from transformer_lab.nn.config import ModelConfig
-from transformer_lab.nn.hooks import HookedModule, HookPoint
+from transformer_lab.nn.hooks import HookedModule, HookPoint, evaluating
 from transformer_lab.nn.positional import make_positional_encoding
 from transformer_lab.nn.sampling import check_sampling_args, sample_next_token
 
@@ -54,10 +64,55 @@ def make_unembedding(config: ModelConfig) -> nn.Module:
     )
 
 
+IGNORE_INDEX = -100  # a label that counts for nothing (F.cross_entropy's default ignore_index): padding
+
+
+class Specials(NamedTuple):
+    """A sequence-to-sequence task's special token ids, from which every model lays out its batches."""
+
+    pad: int
+    bos: int
+    eos: int
+    sep: int
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One attention layer of a model, as the analyses see it.
+
+    name: the module's name (`blocks.0.attn`, `decoder.blocks.1.cross_attn`); its hook points are
+    `{name}.hook_pattern` etc. kind: `self` (every query sees every key), `causal` (earlier keys only) or
+    `cross` (queries from the decoder, keys from the encoder's output). group: the maps drawn together:
+    `self` (a single stack), `encoder`, `decoder` or `cross`. label: `L0`, or `E0` / `D0` / `X0` in an
+    encoder-decoder; head h is `{label}H{h}`. queries / keys: which model input holds the tokens of the
+    queries / keys (0: the tokens, or an encoder-decoder's source; 1: its target). reads_source: whether
+    the model's outputs read its input here (where a task's alignment, e.g. the mirror position, applies).
+    """
+
+    name: str
+    kind: str
+    group: str
+    label: str
+    queries: int
+    keys: int
+    reads_source: bool
+
+    def head(self, head: int) -> str:
+        """A head's short name, `L0H3`."""
+        return f"{self.label}H{head}"
+
+
 class TokenModel(HookedModule):
-    """A model of `self.config`: what a task and a tool need to know of it."""
+    """A model of `self.config`: what a task and a tool need to know of it.
+
+    Subclasses set `num_inputs` (the model inputs of a batch: tokens, or source and target) and
+    `generates` (whether outputs are written one after the other, each reading the ones before, rather
+    than all at once), and implement `stacks`, `layout` and `answer`.
+    """
 
     config: ModelConfig
+    num_inputs: int = 1
+    generates: bool = False
 
     @property
     def vocab(self) -> list[str]:
@@ -80,6 +135,108 @@ class TokenModel(HookedModule):
     def max_len(self) -> int:
         """The longest sequence the model reads (a decoder's context)."""
         return self.config.max_len
+
+    # ------------------------------------------------------------------ what the model is made of
+    def stacks(self) -> dict[str, "TransformerStack"]:
+        """Its stacks of blocks by hook-name prefix: `{"": self}`, or `encoder.` and `decoder.`."""
+        raise NotImplementedError
+
+    @property
+    def readout(self) -> tuple[str, "TransformerStack"]:
+        """The prefix and the stack whose normalised stream the output layer reads (the last stack)."""
+        return list(self.stacks().items())[-1]
+
+    @property
+    def source_stack(self) -> tuple[str, "TransformerStack"]:
+        """The prefix and the stack that embeds the model's first input (the tokens, or the source)."""
+        return next(iter(self.stacks().items()))
+
+    def attention_layers(self) -> list[AttentionLayer]:
+        """Every attention layer, in forward order (the rows of a head table)."""
+        stacks = self.stacks()
+        has_cross = any(hasattr(block, "cross_attn") for stack in stacks.values() for block in stack.blocks)
+        layers = []
+        for input_index, (prefix, stack) in enumerate(stacks.items()):
+            name = prefix.rstrip(".")
+            for i, block in enumerate(stack.blocks):
+                label = f"{name[0].upper()}{i}" if name else f"L{i}"
+                kind = "causal" if stack.causal else "self"
+                layers.append(
+                    AttentionLayer(
+                        f"{prefix}blocks.{i}.attn",
+                        kind,
+                        name or "self",
+                        label,
+                        input_index,
+                        input_index,
+                        not has_cross,
+                    )
+                )
+                if hasattr(block, "cross_attn"):
+                    layers.append(
+                        AttentionLayer(
+                            f"{prefix}blocks.{i}.cross_attn", "cross", "cross", f"X{i}", input_index, 0, True
+                        )
+                    )
+        return layers
+
+    def shape(self) -> str:
+        """`2 layers, 4 heads, model_dim 64` (`2 encoder + 2 decoder layers, ...` for two stacks)."""
+        stacks = self.stacks()
+        counts = [(prefix.rstrip("."), len(stack.blocks)) for prefix, stack in stacks.items()]
+        if len(counts) == 1:
+            layers = f"{counts[0][1]} layer{'s' * (counts[0][1] != 1)}"
+        else:
+            layers = " + ".join(f"{n} {name}" for name, n in counts) + " layers"
+        heads = self.config.num_heads
+        return f"{layers}, {heads} head{'s' * (heads != 1)}, model_dim {self.config.model_dim}"
+
+    # ------------------------------------------- a sequence-to-sequence example, as each model reads it
+    @classmethod
+    def layout(cls, sources: Tensor, targets: Tensor, specials: Specials) -> tuple[Tensor, ...]:
+        """A batch `(*model inputs, labels)` for source ids [B, S] and target ids [B, T], each padded with
+        `specials.pad` on the right. Labels of IGNORE_INDEX count for nothing."""
+        raise NotImplementedError
+
+    @classmethod
+    def positions(cls, source_len: int, target_len: int) -> int:
+        """How many positions a model reads for sources and targets of these lengths: the source."""
+        return source_len
+
+    @classmethod
+    def prompts(cls, inputs: tuple[Tensor, ...], specials: Specials) -> Tensor:
+        """What generation starts from for each row of a batch laid out by `layout`: the source."""
+        return inputs[0]
+
+    @classmethod
+    def sources(cls, inputs: tuple[Tensor, ...], specials: Specials) -> Tensor:
+        """The source of each row of such a batch, [B, S'] (padding elsewhere)."""
+        return inputs[0]
+
+    @classmethod
+    def output_labels(cls, inputs: tuple[Tensor, ...], labels: Tensor, specials: Specials) -> Tensor:
+        """The labels of the outputs in order, [B, K] (IGNORE_INDEX after the last one)."""
+        return labels
+
+    @classmethod
+    def alignment(cls, expected: Tensor, inputs: tuple[Tensor, ...], specials: Specials) -> Tensor:
+        """Bool [B, K, S'] (output k needs source position s) in the coordinates of the attention layers
+        that read the source (`AttentionLayer.reads_source`): [B, T_query, T_key]."""
+        return expected
+
+    def prompt(self, source: Tensor) -> Tensor:
+        """One source's ids [S] as the input `answer` takes, [1, P]."""
+        return source.reshape(1, -1)
+
+    def answer(self, prompts: Tensor, max_new_tokens: int | None = None, beam_size: int = 1) -> Tensor:
+        """The greedy output for each prompt [B, P], [B, W]: for a model that generates, the tokens after
+        the prompt up to and including <eos>, then padding."""
+        raise NotImplementedError
+
+    def forced_inputs(self, prompt: Tensor, output: Tensor) -> tuple[Tensor, ...]:
+        """The model inputs under which the model reads `prompt` [1, P] and writes `output` [1, W]
+        position by position (teacher forcing), to look at how it produced that output."""
+        return (prompt,)
 
 
 class Cache:
@@ -142,6 +299,7 @@ class TransformerStack(TokenModel):
                 activation=config.activation,
                 bias=config.bias,
                 scale_attention=config.scale_attention,
+                mlp=config.mlp,
             )
             for _ in range(config.num_layers)
         )
@@ -196,6 +354,9 @@ class TransformerStack(TokenModel):
         """The stack alone: token ids -> its normalised residual stream [B, T, D]."""
         return self.residual_stream(tokens, cache)
 
+    def stacks(self) -> dict[str, "TransformerStack"]:
+        return {"": self}
+
 
 class EncoderClassifier(TransformerStack):
     """Bidirectional encoder with a class for every position: tokens [B, T] -> logits [B, T, classes].
@@ -209,6 +370,18 @@ class EncoderClassifier(TransformerStack):
 
     def forward(self, tokens: Tensor) -> Tensor:
         return self.unembed(self.residual_stream(tokens))
+
+    @classmethod
+    def layout(cls, sources: Tensor, targets: Tensor, specials: Specials) -> tuple[Tensor, ...]:
+        """tokens = S, labels = T: a class per source position."""
+        return sources, targets.masked_fill(targets == specials.pad, IGNORE_INDEX)
+
+    def answer(self, prompts: Tensor, max_new_tokens: int | None = None, beam_size: int = 1) -> Tensor:
+        """The class of every position, all at once (an encoder writes nothing token by token)."""
+        if beam_size != 1:
+            raise ValueError(f"beam_size={beam_size}: beam search needs a model that generates its output")
+        with evaluating(self):
+            return self(prompts).argmax(dim=-1)
 
 
 def _tie(unembed: nn.Module, embed: nn.Embedding) -> None:
@@ -228,9 +401,97 @@ class DecoderLM(TransformerStack):
         if config.tie_embeddings:
             _tie(self.unembed, self.embed)
 
+    generates = True
+
     def forward(self, tokens: Tensor, cache: Cache | None = None) -> Tensor:
         """Token ids [B, T] -> logits [B, T, vocab_size]; logits[:, t] predict token t + 1."""
         return self.unembed(self.residual_stream(tokens, cache))
+
+    @classmethod
+    def layout(cls, sources: Tensor, targets: Tensor, specials: Specials) -> tuple[Tensor, ...]:
+        """tokens = S <sep> T (then padding), labels = the next token on the target part only:
+        IGNORE ... IGNORE T <eos>. Column j of the row and its label (the token at j + 1), all at once."""
+        pad, sep, eos = specials.pad, specials.sep, specials.eos
+        source_len = (sources != pad).sum(1, keepdim=True)
+        target_len = (targets != pad).sum(1, keepdim=True)
+        width = sources.size(1) + 1 + targets.size(1)
+        j = torch.arange(width, device=sources.device).expand(len(sources), -1)
+        in_target = j - source_len - 1  # index into the target, where 0 <= it < target_len
+        tokens = torch.where(j < source_len, sources.gather(1, j.clamp(max=sources.size(1) - 1)), pad)
+        tokens = torch.where(j == source_len, sep, tokens)
+        from_target = targets.gather(1, in_target.clamp(0, targets.size(1) - 1))
+        tokens = torch.where((in_target >= 0) & (in_target < target_len), from_target, tokens)
+        predicted = targets.gather(1, (j - source_len).clamp(0, targets.size(1) - 1))
+        labels = torch.where((j >= source_len) & (j < source_len + target_len), predicted, IGNORE_INDEX)
+        labels = torch.where(j == source_len + target_len, eos, labels)
+        return tokens, labels
+
+    @classmethod
+    def positions(cls, source_len: int, target_len: int) -> int:
+        """source <sep> target."""
+        return source_len + 1 + target_len
+
+    @staticmethod
+    def _separators(tokens: Tensor, specials: Specials) -> Tensor:
+        """Each row's <sep> column, [B]: its source is tokens[:, :n] (the whole row where it has none)."""
+        found = tokens == specials.sep
+        return torch.where(found.any(dim=1), found.int().argmax(dim=1), tokens.size(1))
+
+    @classmethod
+    def prompts(cls, inputs: tuple[Tensor, ...], specials: Specials) -> Tensor:
+        """`source <sep>` of each row, padded on the left so every row's next token is at one column."""
+        tokens = inputs[0]
+        ends = cls._separators(tokens, specials)
+        width = int(ends.max()) + 1
+        index = ends[:, None] - (width - 1) + torch.arange(width, device=tokens.device)
+        inside = (index >= 0) & (index < tokens.size(1))
+        return torch.where(inside, tokens.gather(1, index.clamp(0, tokens.size(1) - 1)), specials.pad)
+
+    @classmethod
+    def sources(cls, inputs: tuple[Tensor, ...], specials: Specials) -> Tensor:
+        tokens = inputs[0]
+        column = torch.arange(tokens.size(1), device=tokens.device)
+        return tokens.masked_fill(column >= cls._separators(tokens, specials)[:, None], specials.pad)
+
+    @classmethod
+    def _output_rows(cls, inputs: tuple[Tensor, ...], specials: Specials) -> tuple[Tensor, Tensor]:
+        """The row predicting output k, [B, K] (from the <sep> on), and whether it exists."""
+        tokens = inputs[0]
+        ends = cls._separators(tokens, specials)
+        rows = ends[:, None] + torch.arange(tokens.size(1) - int(ends.min()), device=tokens.device)
+        return rows.clamp(max=tokens.size(1) - 1), rows < tokens.size(1)
+
+    @classmethod
+    def output_labels(cls, inputs: tuple[Tensor, ...], labels: Tensor, specials: Specials) -> Tensor:
+        rows, exists = cls._output_rows(inputs, specials)
+        return labels.gather(1, rows).masked_fill(~exists, IGNORE_INDEX)
+
+    @classmethod
+    def alignment(cls, expected: Tensor, inputs: tuple[Tensor, ...], specials: Specials) -> Tensor:
+        """Output k is predicted at row <sep> + k of the self-attention [B, W, W]."""
+        rows, exists = cls._output_rows(inputs, specials)
+        width = inputs[0].size(1)
+        expected = (expected & exists[:, :, None]).to(torch.uint8)
+        out = torch.zeros(len(rows), width, width, dtype=torch.uint8, device=expected.device)
+        return out.scatter_add_(1, rows[:, :, None].expand(-1, -1, width), expected) > 0
+
+    def prompt(self, source: Tensor) -> Tensor:
+        """`source <sep>`, [1, S + 1]."""
+        if self.config.sep_id is None:
+            raise ValueError("this model has no <sep> token: it continues text (prompt=), it maps no source")
+        sep = torch.tensor([self.config.sep_id], dtype=source.dtype, device=source.device)
+        return torch.cat([source.reshape(-1), sep]).unsqueeze(0)
+
+    def answer(self, prompts: Tensor, max_new_tokens: int | None = None, beam_size: int = 1) -> Tensor:
+        """Greedy continuation of `prompts` (padded on the left): the new tokens only."""
+        if beam_size != 1:
+            raise ValueError(f"beam_size={beam_size}: beam search is the encoder-decoder's; use beam_size=1")
+        new = self.max_len - prompts.size(1) if max_new_tokens is None else max_new_tokens
+        return self.generate(prompts, new, temperature=0)[:, prompts.size(1) :]
+
+    def forced_inputs(self, prompt: Tensor, output: Tensor) -> tuple[Tensor, ...]:
+        """The prompt and the output but its last token (which nothing reads) as one sequence."""
+        return (torch.cat([prompt, output[:, :-1]], dim=1),)
 
     def generate(
         self,
@@ -241,8 +502,10 @@ class DecoderLM(TransformerStack):
         top_p: float | None = None,
         use_cache: bool = True,
         generator: torch.Generator | None = None,
+        on_token: Callable[[Tensor], None] | None = None,
     ) -> Tensor:
         """Extend token ids [B, T] by up to `max_new_tokens` sampled tokens -> [B, T + new tokens].
+        `on_token(next_tokens [B, 1])` is called with each new token as it is chosen (to stream them).
 
         With `use_cache` each new token costs one position's work: its keys and values are appended to
         a per-block KV cache. `temperature=0` is greedy; see `sample_next_token` for top-k and top-p.
@@ -264,31 +527,34 @@ class DecoderLM(TransformerStack):
         pad, eos, block = self.config.pad_id, self.config.eos_id, self.max_len
         if pad is not None and tokens.size(1) > block:
             raise ValueError(f"the prompt has {tokens.size(1)} positions, more than max_len={block}")
-        was_training = self.training
-        self.eval()
         cache: Cache | None = None
-        finished = torch.zeros(tokens.size(0), dtype=torch.bool, device=tokens.device)
-        with torch.inference_mode():
+        batch, length = tokens.shape
+        finished = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
+        with evaluating(self, autograd="inference"):
+            out = torch.empty(batch, length + max_new_tokens, dtype=tokens.dtype, device=tokens.device)
+            out[:, :length] = tokens  # written in place: no copy of the whole sequence per token
             for _ in range(max_new_tokens):
-                if pad is not None and tokens.size(1) > block:
+                if pad is not None and length > block:
                     break  # padded rows cannot slide their positions: the context is full
                 if not use_cache:
-                    logits = self(tokens[:, -block:])
+                    logits = self(out[:, max(0, length - block) : length])
                 elif cache is None or cache.length == block:
                     window = block if cache is None else max(1, block // 2)
-                    cache = Cache(self, tokens.size(0))
-                    logits = self(tokens[:, -window:], cache)
+                    cache = Cache(self, batch)
+                    logits = self(out[:, max(0, length - window) : length], cache)
                 else:
-                    logits = self(tokens[:, -1:], cache)
+                    logits = self(out[:, length - 1 : length], cache)
                 next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)
                 if eos is not None:
                     next_token = next_token.masked_fill(finished[:, None], eos if pad is None else pad)
                     finished |= next_token[:, 0] == eos
-                tokens = torch.cat([tokens, next_token], dim=1)
+                out[:, length] = next_token[:, 0]
+                length += 1
+                if on_token is not None:
+                    on_token(next_token)
                 if eos is not None and bool(finished.all()):
                     break
-        self.train(was_training)
-        return tokens.clone()  # an ordinary tensor again: inference-mode tensors cannot enter autograd
+        return out[:, :length].clone()  # an ordinary tensor again: inference tensors cannot enter autograd
 
 
 class EncoderDecoder(TokenModel):
@@ -316,6 +582,35 @@ class EncoderDecoder(TokenModel):
         self.unembed = make_unembedding(config)
         if config.tie_embeddings:
             _tie(self.unembed, self.encoder.embed)
+
+    num_inputs = 2
+    generates = True
+
+    def stacks(self) -> dict[str, TransformerStack]:
+        return {"encoder.": self.encoder, "decoder.": self.decoder}
+
+    @classmethod
+    def layout(cls, sources: Tensor, targets: Tensor, specials: Specials) -> tuple[Tensor, ...]:
+        """source = S, target = <bos> T, labels = T <eos>."""
+        target_len = (targets != specials.pad).sum(1)
+        target_in = torch.cat([torch.full_like(targets[:, :1], specials.bos), targets], dim=1)
+        labels = targets.masked_fill(targets == specials.pad, IGNORE_INDEX)
+        labels = torch.cat([labels, torch.full_like(labels[:, :1], IGNORE_INDEX)], dim=1)
+        labels[torch.arange(len(targets), device=targets.device), target_len] = specials.eos
+        return sources, target_in, labels
+
+    @classmethod
+    def positions(cls, source_len: int, target_len: int) -> int:
+        """The longer of the source and <bos> target (each stack reads one)."""
+        return max(source_len, target_len + 1)
+
+    def answer(self, prompts: Tensor, max_new_tokens: int | None = None, beam_size: int = 1) -> Tensor:
+        return self.generate(prompts, max_new_tokens, beam_size=beam_size)
+
+    def forced_inputs(self, prompt: Tensor, output: Tensor) -> tuple[Tensor, ...]:
+        """The source, and the target <bos> output[:-1]."""
+        bos = torch.full_like(output[:, :1], self.bos_id)
+        return prompt, torch.cat([bos, output[:, :-1]], dim=1)
 
     def encode(self, source: Tensor) -> tuple[Tensor, Tensor | None]:
         """The encoder's output [B, S, D] and the source's padding mask [B, 1, 1, S]."""
@@ -352,9 +647,7 @@ class EncoderDecoder(TokenModel):
             raise ValueError(f"max_new_tokens={max_new_tokens} must be between 1 and max_len={self.max_len}")
         if not (isinstance(beam_size, int) and beam_size >= 1):
             raise ValueError(f"beam_size={beam_size!r} must be an integer >= 1 (1: greedy)")
-        was_training = self.training
-        self.eval()
-        with torch.inference_mode():
+        with evaluating(self, autograd="inference"):
             output, score = self._beam_search(source, beam_size, max_new_tokens, length_penalty, use_cache)
             if beam_size > 1:
                 greedy, greedy_score = self._beam_search(source, 1, max_new_tokens, length_penalty, use_cache)
@@ -364,7 +657,6 @@ class EncoderDecoder(TokenModel):
                 )
                 output = torch.where((greedy_score > score)[:, None], greedy, output)
             output = output[:, : int((output != self.pad_id).sum(dim=1).max())]  # no all-padding columns
-        self.train(was_training)
         return output.clone()
 
     def _check_source(self, source: Tensor) -> None:

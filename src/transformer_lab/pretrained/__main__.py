@@ -5,9 +5,9 @@ the command that trained it.
     python -m transformer_lab.pretrained reverse    # one model's whole record
 
 Use one wherever a checkpoint path goes, as ckpt_path=pretrained:<name>:
-    python scripts/sample.py ckpt_path=pretrained:sort source="3 1 3 9 1 7 0"
-    python scripts/explain.py ckpt_path=pretrained:reverse_2l4h index=5
-    python scripts/interpret.py ckpt_path=pretrained:shakespeare analysis=lens text="ROMEO:"
+    python -m transformer_lab.sample ckpt_path=pretrained:sort source="3 1 3 9 1 7 0"
+    python -m transformer_lab.explain ckpt_path=pretrained:reverse_2l4h index=5
+    python -m transformer_lab.interpret ckpt_path=pretrained:shakespeare analysis=lens text="ROMEO:"
     model = transformer_lab.load_model("pretrained:reverse")
 Retrain them all: python scripts/pretrain.py
 """
@@ -18,16 +18,7 @@ import json
 from transformer_lab import pretrained
 from transformer_lab.cli import run
 
-COLUMNS = ("name", "architecture", "layers x heads", "parameters", "test metrics", "trained by")
-
-
-def shape(entry: dict) -> str:
-    """`2 x 4`; an encoder-decoder has that many layers in the encoder and in the decoder: `2+2 x 4`."""
-    if "layers" not in entry:
-        return "?"
-    layers = entry["layers"]
-    layers = f"{layers}+{layers}" if entry.get("architecture") == "encoder_decoder" else str(layers)
-    return f"{layers} x {entry['heads']}"
+COLUMNS = ("name", "architecture", "shape", "parameters", "test metrics", "trained by")
 
 
 def count(parameters: int | None) -> str:
@@ -46,7 +37,7 @@ def rows() -> list[tuple[str, ...]]:
             (
                 name,
                 entry.get("architecture", "?"),
-                shape(entry),
+                entry.get("shape", "?"),
                 count(entry.get("parameters")),
                 pretrained.headline(name) if shipped else f"(not built: {pretrained.RETRAIN_COMMAND} {name})",
                 pretrained.command(name),
@@ -79,8 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     print(table())
     print()
     print(
-        "Use: ckpt_path=pretrained:<name> wherever a checkpoint goes (scripts/sample.py, explain.py, "
-        'interpret.py, ...), or load_model("pretrained:<name>") in Python.'
+        "Use: ckpt_path=pretrained:<name> wherever a checkpoint goes (python -m transformer_lab.sample, "
+        '.explain, .interpret, .explore, ...), or transformer_lab.load("pretrained:<name>") in Python.'
     )
     print(
         f"Test metrics: measured on the shipped file over the task's test split ({pretrained.LIST_COMMAND} "

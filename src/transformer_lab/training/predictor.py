@@ -17,11 +17,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from transformer_lab.config_checks import check_arguments, check_values
-from transformer_lab.data.task import IGNORE_INDEX, TaskDataModule
+from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.nn import ModelConfig, build_model
-from transformer_lab.schedulers import CosineWarmupScheduler
+from transformer_lab.nn import IGNORE_INDEX, ModelConfig, build_model
+from transformer_lab.training.checkpoint_io import FORMAT_VERSION, task_record
+from transformer_lab.training.config_checks import check_arguments, check_values
+from transformer_lab.training.schedulers import CosineWarmupScheduler
 
 METRICS = ("acc", "seq_acc", "bpc", "ppl")
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # devices with a fused (single-kernel) AdamW in torch >= 2.4
@@ -179,23 +180,27 @@ class TransformerPredictor(L.LightningModule):
         self._log_perplexity("test")
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Record the task (its class and how its text is written), so the tools can rebuild its data
-        and tokenizer from the checkpoint alone; Lightning stores the task's own hyperparameters."""
+        """Record the file format and the task (its class and how its text is written), so the tools can
+        rebuild its data and tokenizer from the checkpoint alone; Lightning stores the task's own
+        hyperparameters."""
+        checkpoint["format_version"] = FORMAT_VERSION
         task = self.trainer.datamodule
         if isinstance(task, TaskDataModule):
-            cls = type(task)
-            checkpoint["task"] = {
-                "class": f"{cls.__module__}.{cls.__qualname__}",
-                "separator": task.separator,
-            }
+            checkpoint["task"] = task_record(task)
 
-    def configure_optimizers(self) -> dict:
-        """AdamW with decoupled weight decay on weight matrices only (not biases, norms or embeddings),
-        and the cosine-warmup schedule stepped every optimisation step."""
+    def parameter_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """The parameters with weight decay (weight matrices) and without it (biases, norms, embeddings),
+        in the order the optimizer holds them."""
         embeddings = {id(p) for m in self.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
         params = list(self.parameters())
         decay = [p for p in params if p.ndim >= 2 and id(p) not in embeddings]
         no_decay = [p for p in params if not (p.ndim >= 2 and id(p) not in embeddings)]
+        return decay, no_decay
+
+    def configure_optimizers(self) -> dict:
+        """AdamW with decoupled weight decay on weight matrices only (not biases, norms or embeddings),
+        and the cosine-warmup schedule stepped every optimisation step."""
+        decay, no_decay = self.parameter_groups()
         groups = [
             {"params": decay, "weight_decay": self.hparams.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
@@ -254,12 +259,7 @@ def build_predictor(settings: Mapping, task: TaskDataModule) -> TransformerPredi
     net = {k: v for k, v in settings.items() if k in ARCHITECTURE_KEYS}
     training = {k: v for k, v in settings.items() if k in training_keys}
     check_arguments(TransformerPredictor, training, "model")
-    arch = net.get("arch", "encoder")
-    require(
-        arch in task.architectures,
-        f"model={arch} cannot learn {type(task).__name__}'s task; use model="
-        + " or model=".join(task.architectures),
-    )
+    task.check_architecture(net.get("arch", "encoder"))
     max_len = net.get("max_len") or stated["max_len"]
     require(
         stated["max_len"] <= max_len,

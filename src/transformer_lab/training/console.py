@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from torch import nn
+    from transformer_lab.nn import TokenModel
 
 # Messages of other libraries that are worth a line on the console at INFO level (all of them are in
 # train.log): why training stopped (max_epochs, max_steps, max_time, early stopping).
@@ -68,15 +68,19 @@ class DropAdvert(logging.Filter):
 
 def lightning_logs_to_root() -> None:
     """Send Lightning's log records through the logging config only (console filter, train.log): remove
-    the stderr handler `import lightning` puts on its `lightning` logger, which would print every INFO
-    record a second time, as `INFO: ...`. For the command line, where Hydra has configured logging."""
-    import lightning  # noqa: F401  (its import adds the handler)
+    the stderr handlers `import lightning` puts on its loggers (which would print every INFO record a
+    second time, as `INFO: ...`) and let their records propagate to the root logger (Lightning stops them
+    when it is imported before logging is configured, as train.py's checks of the command line do). For
+    the command line, where Hydra has configured logging."""
+    import lightning  # noqa: F401  (its import adds the handlers)
 
     if logging.getLogger().handlers:
-        logger = logging.getLogger("lightning")
-        for handler in list(logger.handlers):
-            if type(handler) is logging.StreamHandler:
-                logger.removeHandler(handler)
+        for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+            logger = logging.getLogger(name)
+            for handler in list(logger.handlers):
+                if type(handler) is logging.StreamHandler:
+                    logger.removeHandler(handler)
+            logger.propagate = True
 
 
 class ConsoleFilter(logging.Filter):
@@ -139,29 +143,18 @@ def count(n: int) -> str:
     return str(n)
 
 
-def model_summary(net: nn.Module) -> str:
+def model_summary(net: TokenModel) -> str:
     """One line: the model's class, its shape and its parameter count (shared weights counted once)."""
-    config = net.config
     total = sum(p.numel() for p in net.parameters())
     trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
-    layers = config.num_layers
-    stacks = f"{layers} encoder + {layers} decoder layers" if config.arch == "encoder_decoder" else None
-    shape = ", ".join(
-        [
-            stacks or f"{layers} layer{'s' * (layers != 1)}",
-            f"{config.num_heads} head{'s' * (config.num_heads != 1)}",
-            f"model_dim {config.model_dim}",
-        ]
-    )
+    shape = net.shape()
     params = f"{count(total)} parameters" + ("" if trainable == total else f" ({count(trainable)} trainable)")
     return f"Model: {type(net).__name__} ({shape}), {params}"
 
 
-def run_summary(
-    output_dir: Path, metrics: dict, best_ckpt: str | None, scripts_dir: Path | None
-) -> list[str]:
+def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None) -> list[str]:
     """The lines that end a run: its test metrics and where its files are, with the commands that open
-    them. `scripts_dir`: the checkout's scripts/ (None when the package runs without a checkout)."""
+    them (as `python -m transformer_lab.<tool>`: they work in a checkout and in an installed package)."""
     tests = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.startswith("test/"))
     run_dir = shown_path(output_dir)
     lines = [f"Test: {tests or 'skipped'}", f"Run directory: {run_dir}"]
@@ -171,10 +164,6 @@ def run_summary(
         scored = f" ({metrics['metric']}={score:.4f})" if isinstance(score, int | float) else ""
         lines.append(f"  best.ckpt     {shown_path(best_ckpt)}{scored}")
     lines.append(f"  TensorBoard   tensorboard --logdir {run_dir}")
-    if best_ckpt and scripts_dir is not None:
-        for script, what in (("explore.py", "Explore"), ("explain.py", "Explain")):
-            if (scripts_dir / script).is_file():
-                command = f"python {shown_path(scripts_dir / script)} ckpt_path={shown_path(best_ckpt)}"
-                lines.append(f"  {what:<13} {command}")
-                break
+    if best_ckpt:
+        lines.append(f"  Explore       python -m transformer_lab.explore ckpt_path={shown_path(best_ckpt)}")
     return lines

@@ -1,0 +1,234 @@
+"""How faithful is an explanation? Deletion curves (Samek et al., 2017; the "deletion" metric of Petsiuk
+et al., 2018, as used for Transformers by Chefer et al., 2021).
+
+An explanation ranks the input tokens by how much an output relies on them. If the ranking is right,
+removing the top-ranked tokens first destroys the output fastest. For every labelled output, delete the
+input tokens from most to least relevant, one more at each step, and record the probability of the
+correct output; the curve's area over the fraction deleted (0 to 1) is small for a faithful explanation
+and about the same as a random order's for an unfaithful one.
+
+Deleting a token replaces its embedding by the mean embedding of the vocabulary's symbols (a neutral
+token: the same for every position, about nothing in particular) and keeps its position, so the model
+still sees a sequence of the same length. Which tokens can be deleted: the source (an encoder's input,
+the part before <sep> of a decoder-only model's, an encoder-decoder's encoder input); for a language
+model the whole context of its last prediction.
+
+The explanations compared (`METHODS`):
+* `attention`: the last attention layer that reads the input, mean over heads (raw attention);
+* `rollout`: attention rollout (Abnar & Zuidema, 2020; Chefer et al.'s propagation for
+  encoder-decoders);
+* `gradient`: gradient-weighted attention (Chefer et al., 2021), without its identity start R = I;
+* `ablation`: how much deleting each token alone lowers the correct output's probability (occlusion);
+* `random`: a random order, the baseline.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from transformer_lab.analysis import explain
+from transformer_lab.analysis.arguments import as_inputs, as_model
+from transformer_lab.nn import IGNORE_INDEX, HookPoint, Specials, TokenModel, evaluating
+
+METHODS = ("attention", "rollout", "gradient", "ablation", "random")
+FRACTIONS = np.linspace(0.0, 1.0, 11)  # the curves' x axis: the fraction of deletable tokens deleted
+CHUNK = 2048  # sequences per forward pass while deleting
+
+
+@dataclass
+class Faithfulness:
+    """Deletion curves: mean probability of the correct output at each fraction of the input deleted,
+    per method, and the area under each curve (lower: the explanation found what the output uses)."""
+
+    fractions: list[float]
+    curves: dict[str, list[float]]
+    auc: dict[str, float]
+    outputs: int  # how many (example, output) pairs were averaged
+
+    def to_dict(self) -> dict:
+        return {"auc": self.auc, "fractions": self.fractions, "curves": self.curves, "outputs": self.outputs}
+
+    def table(self) -> str:
+        best = min(self.auc, key=self.auc.get)
+        lines = [f"Deletion AUC over {self.outputs} outputs (lower = more faithful):"]
+        for method, area in sorted(self.auc.items(), key=lambda item: item[1]):
+            lines.append(f"  {method:<10} {area:.3f}{'   <- most faithful' if method == best else ''}")
+        return "\n".join(lines)
+
+
+def _is_language_model(model: TokenModel) -> bool:
+    """Text with no padding, read causally: each sequence is explained at its last prediction."""
+    return model.generates and model.num_inputs == 1 and model.pad_id is None
+
+
+def _deletable(model: TokenModel, inputs: tuple[Tensor, ...]) -> Tensor:
+    """Bool [B, S]: the input positions an explanation ranks and the deletion removes (the source)."""
+    tokens = inputs[0]
+    if model.pad_id is None:
+        return torch.ones_like(tokens, dtype=torch.bool)
+    config = model.config
+    sep = -1 if config.sep_id is None else config.sep_id  # a model without <sep> reads only its source
+    specials = Specials(config.pad_id, config.bos_id, config.eos_id, sep)
+    return type(model).sources(inputs, specials) != model.pad_id
+
+
+def _outputs(model: TokenModel, labels: Tensor) -> Tensor:
+    """Bool [B, T]: the outputs explained. A language model: its last labelled prediction only."""
+    labelled = labels != IGNORE_INDEX
+    if not _is_language_model(model):
+        return labelled
+    last = labelled.int().cumsum(dim=1).argmax(dim=1)
+    return torch.zeros_like(labelled).scatter_(1, last[:, None], True) & labelled
+
+
+def _neutral_embedding(model: TokenModel) -> Tensor:
+    """The mean embedding of the vocabulary's symbols (tokens not written <like this>)."""
+    embed = model.source_stack[1].embed
+    symbols = [
+        i for i, token in enumerate(model.vocab) if not (token.startswith("<") and token.endswith(">"))
+    ]
+    return embed.weight[symbols].mean(dim=0).detach()
+
+
+def _probabilities(
+    model: TokenModel,
+    inputs: tuple[Tensor, ...],
+    deleted: Tensor,
+    rows: Tensor,
+    positions: Tensor,
+    labels: Tensor,
+) -> Tensor:
+    """p(label) at `positions` for each variant: variant v is example rows[v] with the input positions
+    deleted[v] (bool [V, S]) replaced by the neutral embedding. Returns [V]."""
+    neutral = _neutral_embedding(model)
+    hook_name = f"{model.source_stack[0]}hook_embed"
+    out = []
+    for start in range(0, len(rows), CHUNK):
+        part = slice(start, start + CHUNK)
+        mask = deleted[part]
+
+        def delete(embedding: Tensor, hook: HookPoint, mask: Tensor = mask) -> Tensor:
+            return torch.where(mask[..., None], neutral.to(embedding.dtype), embedding)
+
+        batch = tuple(x[rows[part]] for x in inputs)
+        logits = model.run_with_hooks(*batch, fwd_hooks=[(hook_name, delete)])
+        at = logits[torch.arange(len(batch[0])), positions[part]].float().softmax(dim=-1)
+        out.append(at.gather(1, labels[part, None])[:, 0])
+    return torch.cat(out)
+
+
+def _occlusion(model: TokenModel, inputs: tuple[Tensor, ...], labels: Tensor, deletable: Tensor) -> Tensor:
+    """[B, T, S]: p(correct output t) minus p(correct output t) with input s deleted alone."""
+    batch, source_len = deletable.shape
+    target_len = labels.size(1)
+    safe = labels.clamp(min=0)
+    rows = torch.arange(batch).repeat_interleave(source_len + 1)  # variant 0: nothing deleted
+    deleted = torch.zeros(batch, source_len + 1, source_len, dtype=torch.bool)
+    deleted[:, 1:] = torch.eye(source_len, dtype=torch.bool)
+    deleted = deleted.view(-1, source_len).to(deletable.device)
+    probabilities = []
+    for t in range(target_len):
+        positions = torch.full_like(rows, t)
+        p = _probabilities(model, inputs, deleted, rows, positions, safe[rows, t]).view(batch, source_len + 1)
+        probabilities.append(p[:, :1] - p[:, 1:])
+    return torch.stack(probabilities, dim=1)
+
+
+def relevances(
+    model: TokenModel,
+    inputs: tuple[Tensor, ...],
+    labels: Tensor,
+    methods: tuple[str, ...] = METHODS,
+    seed: int = 0,
+) -> dict[str, Tensor]:
+    """Each method's relevance of input position s for output t, [B, T, S] (see the module docstring)."""
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown explanation method {unknown[0]!r}; use {', '.join(METHODS)}")
+    out: dict[str, Tensor] = {}
+    deletable = _deletable(model, inputs)
+    groups = explain.grouped_maps(model, *inputs)
+    reading = "cross" if "cross" in groups else "self"  # the attention whose keys are the input
+    if "attention" in methods:
+        out["attention"] = groups[reading][-1].mean(dim=1)
+    if "rollout" in methods:
+        if reading == "cross":
+            out["rollout"] = explain.encoder_decoder_rollout(groups)
+        else:
+            out["rollout"] = explain.attention_rollout(groups["self"])
+    if "gradient" in methods:
+        if reading == "cross":
+            out["gradient"] = explain.source_relevance(model, *inputs)
+        else:
+            if _is_language_model(model):  # one output per sequence: one backward pass
+                last = int(_outputs(model, labels).int().argmax(dim=1).max())
+                relevance = explain.gradient_attention(model, inputs[0], last)
+            else:
+                relevance = explain.gradient_attention_all(model, inputs[0])
+            # Chefer et al.'s R starts as the identity (each token relevant to itself, before any layer):
+            # rank by what the attention layers added, R - I, as their reference code does
+            out["gradient"] = relevance - torch.eye(relevance.size(-1), device=relevance.device)
+    if "ablation" in methods:
+        with evaluating(model):
+            out["ablation"] = _occlusion(model, inputs, labels, deletable)
+    if "random" in methods:
+        generator = torch.Generator().manual_seed(seed)
+        shape = (labels.size(0), labels.size(1), deletable.size(1))
+        out["random"] = torch.rand(shape, generator=generator).to(deletable.device)
+    return {method: out[method].detach().float() for method in methods}
+
+
+def deletion_curves(
+    model: TokenModel,
+    inputs: tuple[Tensor, ...],
+    labels: Tensor,
+    methods: tuple[str, ...] = METHODS,
+    seed: int = 0,
+) -> Faithfulness:
+    """Deletion curves and their areas for each method, averaged over every labelled output of the batch
+    (a language model: each sequence's last prediction). `inputs` and `labels` as the task lays them out."""
+    model = as_model(model)
+    inputs = as_inputs(inputs, model)
+    with evaluating(model):
+        scores = relevances(model, inputs, labels, methods, seed)
+        deletable = _deletable(model, inputs)
+        outputs = (_outputs(model, labels) & deletable.any(dim=1, keepdim=True)).nonzero().tolist()
+        if not outputs:
+            raise ValueError("no labelled output to explain in these examples")
+        curves: dict[str, list[np.ndarray]] = {method: [] for method in methods}
+        areas: dict[str, list[float]] = {method: [] for method in methods}
+        with torch.no_grad():
+            for method in methods:
+                rows, positions, answers, deleted, sizes = [], [], [], [], []
+                for b, t in outputs:
+                    columns = deletable[b].nonzero()[:, 0]
+                    order = columns[scores[method][b, t, columns].argsort(descending=True, stable=True)]
+                    rank = torch.full((deletable.size(1),), len(order), device=order.device)
+                    rank[order] = torch.arange(len(order), device=order.device)
+                    steps = torch.arange(len(order) + 1, device=order.device)[:, None] > rank  # step k: top k
+                    deleted.append(steps)
+                    rows += [b] * len(steps)
+                    positions += [t] * len(steps)
+                    answers += [int(labels[b, t])] * len(steps)
+                    sizes.append(len(steps))
+                device = labels.device
+                p = _probabilities(
+                    model,
+                    inputs,
+                    torch.cat(deleted).to(device),
+                    torch.tensor(rows, device=device),
+                    torch.tensor(positions, device=device),
+                    torch.tensor(answers, device=device),
+                ).cpu()
+                for curve in p.split(sizes):
+                    x = np.linspace(0.0, 1.0, len(curve))
+                    curves[method].append(np.interp(FRACTIONS, x, curve.numpy()))
+                    areas[method].append(float(np.trapezoid(curve.numpy(), x)))
+    return Faithfulness(
+        fractions=FRACTIONS.tolist(),
+        curves={method: np.mean(c, axis=0).tolist() for method, c in curves.items()},
+        auc={method: float(np.mean(a)) for method, a in areas.items()},
+        outputs=len(outputs),
+    )

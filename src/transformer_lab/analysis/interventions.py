@@ -1,0 +1,316 @@
+"""Causal interventions: remove heads, paste activations from one input into another.
+
+Attention maps say where a model looks; intervening says what it uses (the TransformerLens and ARENA
+way). Every function here works on any model of `transformer_lab.nn` through its hook points, cross-
+attention included, and runs in eval mode without gradients; hooks are gone and the weights untouched
+when it returns.
+
+* `ablate_heads`: the task's accuracy with each attention head removed in turn (zero ablation: its
+  output z_h = 0; mean ablation: z_h = its mean over a reference batch), as a [layers, heads] table;
+  `ablate_head_set` removes several heads at once.
+* `patch_residual` / `patch_heads` (activation patching, or causal tracing): run a corrupted input, but
+  paste one activation from the clean run; the share of the clean logit difference that comes back,
+
+      restored = (LD_patched - LD_corrupted) / (LD_clean - LD_corrupted),
+      LD = logit(clean answer) - logit(corrupted answer) at the first output the corruption changes,
+
+  says how much of the difference between the two inputs flows through that activation.
+
+A batch is `(inputs, labels)` as the tasks lay it out: model inputs (tokens, or source and target) and
+labels [B, T] with -100 where nothing is predicted. "Layers" are the attention layers in forward order
+(`attention_layers`): for an encoder-decoder the encoder's, then each decoder block's self- and
+cross-attention.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from transformer_lab.analysis.arguments import as_inputs, as_model
+from transformer_lab.nn import IGNORE_INDEX, HookedModule, HookPoint, TokenModel, evaluating, parse_hook_name
+
+ABLATIONS = ("zero", "mean")
+LABEL_LETTERS = {"encoder": "E", "decoder": "D"}
+
+
+def attention_layers(model: TokenModel) -> list[str]:
+    """The names of the model's attention modules in forward order, e.g. `blocks.0.attn` or
+    `decoder.blocks.1.cross_attn`: the rows of a head table (`model.attention_layers()` has the rest)."""
+    return [layer.name for layer in as_model(model).attention_layers()]
+
+
+def head_label(layer: str, head: int) -> str:
+    """A short name for a head: `L0H3` (`blocks.0.attn`), `E0H3` / `D0H3` / `X0H3` for an
+    encoder-decoder's encoder, decoder self-attention and cross-attention."""
+    name = parse_hook_name(layer)
+    letter = "X" if name.module == "cross_attn" else LABEL_LETTERS.get(name.stack, "L")
+    return f"{letter}{name.block}H{head}"
+
+
+def accuracy(logits: Tensor, labels: Tensor) -> float:
+    """Share of labelled positions (labels != -100) whose argmax is the label."""
+    labelled = labels != IGNORE_INDEX
+    return float(((logits.argmax(dim=-1) == labels) & labelled).sum() / labelled.sum().clamp(min=1))
+
+
+def _run(model: HookedModule, inputs: tuple[Tensor, ...], fwd_hooks: Sequence = ()) -> Tensor:
+    """The logits in eval mode without gradients (the model's mode is restored)."""
+    with evaluating(model):
+        return model.run_with_hooks(*inputs, fwd_hooks=list(fwd_hooks))
+
+
+def check_heads(model: TokenModel, heads: list[tuple[int, int]]) -> list[str]:
+    """The attention layers' names, after checking that every (layer, head) pair exists."""
+    layers = attention_layers(model)
+    num_heads = model.config.num_heads
+    for layer, head in heads:
+        if not 0 <= layer < len(layers):
+            raise ValueError(
+                f"layer {layer} is out of range: the model has attention layers 0 to {len(layers) - 1}"
+            )
+        if not 0 <= head < num_heads:
+            raise ValueError(f"head {head} is out of range: each layer has heads 0 to {num_heads - 1}")
+    return layers
+
+
+def _reference_means(
+    model: HookedModule, layers: list[str], method: str, reference: tuple[Tensor, ...]
+) -> dict[str, Tensor] | None:
+    """For mean ablation, each layer's z averaged over the reference batch, per position
+    ([1, T, H, d_head], in eval mode); None for zero ablation."""
+    if method not in ABLATIONS:
+        raise ValueError(f"method={method!r} is unknown; use zero or mean")
+    if method == "zero":
+        return None
+    names = {f"{layer}.hook_z" for layer in layers}
+    with evaluating(model):
+        _, cache = model.run_with_cache(*reference, names_filter=lambda name: name in names)
+    return {name: z.mean(dim=0, keepdim=True) for name, z in cache.items()}
+
+
+def ablation_hooks(
+    heads: list[tuple[int, int]], layers: list[str], means: dict[str, Tensor] | None
+) -> list[tuple[str, Callable]]:
+    """`run_with_hooks` pairs: one hook per layer that replaces the chosen (layer index, head) pairs' z by
+    zero (`means=None`) or by their mean; `layers` are `attention_layers(model)`."""
+    by_layer: dict[str, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(f"{layers[layer]}.hook_z", []).append(head)
+
+    def ablate(z: Tensor, hook: HookPoint) -> Tensor:
+        z = z.clone()
+        chosen = by_layer[hook.name]
+        if means is None:
+            z[:, :, chosen] = 0.0
+        else:
+            z[:, :, chosen] = means[hook.name][:, : z.size(1), chosen].to(z.dtype)
+        return z
+
+    return [(name, ablate) for name in by_layer]
+
+
+@dataclass
+class HeadAblation:
+    """The metric with each head ablated: `ablated[layer][head]`, next to `baseline` (nothing ablated)."""
+
+    layers: list[str]
+    baseline: float
+    ablated: list[list[float]]
+    method: str = "zero"
+    metric: str = "acc"
+
+    def important(self, drop: float = 0.1) -> list[str]:
+        """The heads whose removal costs more than `drop` of the metric, most important first."""
+        drops = [
+            (self.baseline - value, head_label(layer, h))
+            for layer, row in zip(self.layers, self.ablated, strict=True)
+            for h, value in enumerate(row)
+        ]
+        return [label for d, label in sorted(drops, reverse=True) if d > drop]
+
+    def table(self) -> str:
+        """The [layers, heads] table as text, one row per attention layer."""
+        heads = len(self.ablated[0])
+        width = max(len(name) for name in self.layers)
+        lines = [
+            f"{self.metric} with one head {self.method}-ablated (baseline {self.baseline:.3f}):",
+            f"{'layer':<{width}} " + " ".join(f"{'head ' + str(h):>7}" for h in range(heads)),
+        ]
+        for name, row in zip(self.layers, self.ablated, strict=True):
+            lines.append(f"{name:<{width}} " + " ".join(f"{value:>7.3f}" for value in row))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "metric": self.metric,
+            "method": self.method,
+            "baseline": self.baseline,
+            "layers": self.layers,
+            "ablated": self.ablated,
+        }
+
+
+def ablate_head_set(
+    model: TokenModel,
+    inputs: Tensor | tuple[Tensor, ...],
+    labels: Tensor,
+    heads: list[tuple[int, int]],
+    method: str = "zero",
+    reference: Tensor | tuple[Tensor, ...] | None = None,
+) -> float:
+    """Accuracy on (inputs, labels) with every head in `heads` ((layer, head) pairs, layer indexing
+    `attention_layers`) ablated at once: `zero`, or `mean` (over `reference`, default the inputs)."""
+    model = as_model(model)
+    inputs = as_inputs(inputs, model)
+    layers = check_heads(model, heads)
+    reference = inputs if reference is None else as_inputs(reference, model)
+    means = _reference_means(model, layers, method, reference)
+    return accuracy(_run(model, inputs, ablation_hooks(heads, layers, means)), labels)
+
+
+def ablate_heads(
+    model: TokenModel,
+    inputs: Tensor | tuple[Tensor, ...],
+    labels: Tensor | None = None,
+    method: str = "zero",
+    reference: Tensor | tuple[Tensor, ...] | None = None,
+    score: Callable[[Tensor], float] | None = None,
+    metric: str = "acc",
+) -> HeadAblation:
+    """The metric with each head ablated in turn, [layers, heads], and the baseline without ablation:
+    the accuracy on `labels`, or `score(logits)` (named `metric`) for any other measure."""
+    model = as_model(model)
+    inputs = as_inputs(inputs, model)
+    if score is None:
+        if labels is None:
+            raise TypeError("ablate_heads needs the labels (or a score function of the logits)")
+        score = lambda logits: accuracy(logits, labels)  # noqa: E731
+    layers = attention_layers(model)
+    reference = inputs if reference is None else as_inputs(reference, model)
+    means = _reference_means(model, layers, method, reference)
+    baseline = score(_run(model, inputs))
+    ablated = [
+        [
+            score(_run(model, inputs, ablation_hooks([(i, h)], layers, means)))
+            for h in range(model.config.num_heads)
+        ]
+        for i in range(len(layers))
+    ]
+    return HeadAblation(layers, baseline, ablated, method, metric)
+
+
+# ------------------------------------------------------------------------------ activation patching
+def answer_positions(clean_labels: Tensor, corrupted_labels: Tensor) -> Tensor:
+    """Per row, the first position whose label the corruption changes [B] (every row must have one)."""
+    differs = clean_labels != corrupted_labels
+    if not bool(differs.any(dim=1).all()):
+        raise ValueError("a corrupted example has the same labels as its clean one: nothing to patch")
+    return differs.int().argmax(dim=1)
+
+
+def logit_difference(logits: Tensor, positions: Tensor, clean: Tensor, corrupted: Tensor) -> Tensor:
+    """Mean over the batch of logit(clean answer) - logit(corrupted answer) at each row's position."""
+    rows = torch.arange(logits.size(0), device=logits.device)
+    at = logits[rows, positions].float()
+    return (at[rows, clean] - at[rows, corrupted]).mean()
+
+
+@dataclass
+class Patching:
+    """Activation-patching results: `resid[hook name]` = restored share per position [T] (every block's
+    `hook_resid_pre` and the last block's `hook_resid_post`), `heads` = restored share per attention
+    layer x head (patching `hook_z`), and the clean and corrupted logit differences."""
+
+    clean: float
+    corrupted: float
+    resid: dict[str, list[float]]
+    layers: list[str]
+    heads: list[list[float]]
+
+    def to_dict(self) -> dict:
+        return {
+            "metric": "logit_diff",
+            "clean_logit_diff": self.clean,
+            "corrupted_logit_diff": self.corrupted,
+            "resid": self.resid,
+            "layers": self.layers,
+            "heads": self.heads,
+        }
+
+
+def residual_hooks(model: TokenModel) -> list[str]:
+    """The residual stream's hook points, per stack: each block's input, then the last block's output."""
+    streams = []
+    for prefix, stack in as_model(model).stacks().items():
+        streams += [f"{prefix}blocks.{i}.hook_resid_pre" for i in range(len(stack.blocks))]
+        streams.append(f"{prefix}blocks.{len(stack.blocks) - 1}.hook_resid_post")
+    return streams
+
+
+def patch_hook(name: str, clean: Tensor, index: tuple = (slice(None),)) -> tuple[str, Callable]:
+    """A hook for `run_with_hooks` that pastes `clean[index]` (an activation of the clean run, as
+    `run_with_cache` returns it) into hook point `name`'s activation; the default index is everything.
+    E.g. position p of the residual stream: index=(slice(None), p); head h's z: (slice(None), slice(None), h).
+    """
+
+    def paste(activation: Tensor, hook: HookPoint) -> Tensor:
+        activation = activation.clone()
+        activation[index] = clean[index].to(activation.dtype)
+        return activation
+
+    return name, paste
+
+
+def activation_patching(
+    model: TokenModel,
+    clean: tuple[tuple[Tensor, ...], Tensor],
+    corrupted: tuple[tuple[Tensor, ...], Tensor],
+) -> Patching:
+    """Patch every residual-stream position of every layer, and every head's z, from the clean run into
+    the corrupted run; report the share of the clean logit difference each patch restores.
+
+    `clean` and `corrupted` are (inputs, labels) of the same shapes, differing in a token (a task's
+    `corrupted_pairs`). The logit difference is read at each row's first output the corruption changes.
+    """
+    model = as_model(model)
+    (clean_inputs, clean_labels), (bad_inputs, bad_labels) = clean, corrupted
+    clean_inputs, bad_inputs = as_inputs(clean_inputs, model), as_inputs(bad_inputs, model)
+    positions = answer_positions(clean_labels, bad_labels)
+    rows = torch.arange(len(positions))
+    good_answer, bad_answer = clean_labels[rows, positions], bad_labels[rows, positions]
+
+    def difference(logits: Tensor) -> float:
+        return float(logit_difference(logits, positions, good_answer, bad_answer))
+
+    streams = residual_hooks(model)
+    layers = attention_layers(model)
+    z_names = [f"{layer}.hook_z" for layer in layers]
+    with evaluating(model):
+        wanted = set(streams) | set(z_names)
+        logits, cache = model.run_with_cache(*clean_inputs, names_filter=lambda n: n in wanted)
+        clean_diff, bad_diff = difference(logits), difference(_run(model, bad_inputs))
+        scale = clean_diff - bad_diff
+        if abs(scale) < 1e-6:
+            raise ValueError(
+                "the clean and corrupted inputs give the same logit difference: nothing to restore"
+            )
+
+        def restored(hook: tuple[str, Callable]) -> float:
+            return (difference(_run(model, bad_inputs, [hook])) - bad_diff) / scale
+
+        resid = {
+            name: [
+                restored(patch_hook(name, cache[name], (slice(None), p))) for p in range(cache[name].size(1))
+            ]
+            for name in streams
+        }
+        heads = [
+            [
+                restored(patch_hook(name, cache[name], (slice(None), slice(None), h)))
+                for h in range(model.config.num_heads)
+            ]
+            for name in z_names
+        ]
+    return Patching(clean_diff, bad_diff, resid, layers, heads)

@@ -1,0 +1,227 @@
+"""Take a trained checkpoint apart causally: head ablation, activation patching, logit lens, faithfulness.
+
+    python -m transformer_lab.interpret ckpt_path=pretrained:reverse_2l4h analysis=heads
+    python -m transformer_lab.interpret ckpt_path=<run> analysis=heads method=mean heads=0.1,1.2
+    python -m transformer_lab.interpret ckpt_path=<run> analysis=patching position=0
+    python -m transformer_lab.interpret ckpt_path=pretrained:shakespeare analysis=lens text="ROMEO: I"
+    python -m transformer_lab.interpret ckpt_path=<run> analysis=faithfulness num_examples=32
+
+(`python scripts/interpret.py ...` in a checkout is the same.) Each analysis runs on the first
+`num_examples` test examples of the checkpoint's task (or your own `text=`), prints its table, and writes
+a figure and the numbers to `out_dir`:
+
+    heads         heads.png, heads.json         accuracy with each attention head removed ([layers, heads])
+    patching      patching.png, patching.json   share of the clean logit difference each patch restores
+    lens          lens.png, lens.json           accuracy read at every layer (+ direct logit attribution)
+    faithfulness  faithfulness.png, .json       deletion curves and their areas per explanation method
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, to_number
+from transformer_lab.errors import as_config_error, require
+
+if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
+    from transformer_lab.checkpoint import Checkpoint
+
+ANALYSES = ("heads", "patching", "lens", "faithfulness")
+METHODS = ("zero", "mean")  # analysis.interventions.ABLATIONS, without importing torch to check it
+DEFAULT_EXAMPLES = {"heads": 512, "patching": 64, "lens": 512, "faithfulness": 16}
+KEYS = {
+    "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
+    "analysis": "heads | patching | lens | faithfulness (required)",
+    "out_dir": "where to write the figure and the JSON file (default interpret_out)",
+    "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16)",
+    "method": "heads: zero | mean ablation (default zero)",
+    "heads": "heads: also ablate this set at once, layer.head pairs, e.g. heads=0.1,1.3",
+    "position": "patching: the source position the corruption changes (default 0)",
+    "text": 'your own input instead of test examples, e.g. text="ROMEO: I" (its output as the task says)',
+    "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
+    "device": "auto | cpu | cuda | mps (default auto)",
+}
+
+
+def parse_args(argv: list[str] | None) -> dict[str, str]:
+    args = parse_key_values(argv, KEYS, __doc__)
+    require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
+    analysis = args.get("analysis")
+    require(analysis is not None, f"missing analysis=...; use analysis={' | '.join(ANALYSES)}")
+    require(analysis in ANALYSES, f"analysis={analysis} is unknown; use analysis={' | '.join(ANALYSES)}")
+    require(
+        args.get("method", "zero") in METHODS,
+        f"method={args.get('method')} is unknown; use zero or mean",
+    )
+    for key, only in (("method", "heads"), ("heads", "heads"), ("position", "patching")):
+        require(
+            key not in args or analysis == only, f"{key}= is for analysis={only}, not analysis={analysis}"
+        )
+    return args
+
+
+def parse_heads(text: str) -> list[tuple[int, int]]:
+    """`0.1,1.3` -> [(0, 1), (1, 3)]."""
+    heads = []
+    for pair in text.split(","):
+        layer, dot, head = pair.strip().partition(".")
+        require(
+            bool(dot) and layer.isdigit() and head.isdigit(),
+            f"heads={text} is not a list of layer.head pairs; write e.g. heads=0.1,1.3",
+        )
+        heads.append((int(layer), int(head)))
+    return heads
+
+
+def write(out_dir: Path, name: str, numbers: dict, figure) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{name}.json").write_text(json.dumps(numbers, indent=1) + "\n")
+    figure.savefig(out_dir / f"{name}.png", dpi=100)
+    print(f"Wrote {name}.png and {name}.json to {out_dir}")
+
+
+def analyse_heads(model, inputs, labels, args, out_dir: Path) -> None:
+    from transformer_lab import figures
+    from transformer_lab.analysis import interventions
+
+    method = args.get("method", "zero")
+    heads = parse_heads(args["heads"]) if "heads" in args else []
+    with as_config_error():
+        interventions.check_heads(model, heads)
+    result = interventions.ablate_heads(model, inputs, labels, method=method)
+    print(result.table())
+    important = result.important()
+    print(f"Heads whose removal costs more than 0.1 accuracy: {', '.join(important) or 'none'}")
+    numbers = result.to_dict()
+    if heads:
+        together = interventions.ablate_head_set(model, inputs, labels, heads, method=method)
+        names = [interventions.head_label(result.layers[layer], head) for layer, head in heads]
+        print(f"acc with {', '.join(names)} ablated together: {together:.3f}")
+        numbers["set"] = {"heads": [list(pair) for pair in heads], "names": names, "acc": together}
+    write(out_dir, "heads", numbers, figures.head_ablation(result))
+
+
+def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) -> None:
+    from transformer_lab import figures
+    from transformer_lab.analysis import interventions
+
+    position = to_number(args, "position", int, 0)
+    clean, corrupted = checkpoint.corrupted_pairs(count, position=position)
+    with as_config_error():
+        result = interventions.activation_patching(checkpoint.model, clean, corrupted)
+    print(
+        f"{count} pairs, source token {position} changed: logit difference clean {result.clean:.2f}, "
+        f"corrupted {result.corrupted:.2f}"
+    )
+    print("Share of it restored by patching (residual stream: best position per layer; heads: per head):")
+    for name, row in result.resid.items():
+        best = max(range(len(row)), key=row.__getitem__)
+        print(f"  {name:<36} position {best:>2}: {row[best]:6.2f}")
+    for layer, row in zip(result.layers, result.heads, strict=True):
+        print(f"  {layer:<36} " + " ".join(f"{value:6.2f}" for value in row))
+    title = f"Activation patching: source token {position} changed ({count} pairs)"
+    write(
+        out_dir,
+        "patching",
+        result.to_dict(),
+        figures.activation_patching(result.resid, result.layers, result.heads, title),
+    )
+
+
+def analyse_lens(model, inputs, labels, names: list[str], out_dir: Path) -> None:
+    import torch
+
+    from transformer_lab import figures
+    from transformer_lab.analysis import lens
+    from transformer_lab.nn import IGNORE_INDEX
+
+    result = lens.lens_accuracy(model, inputs, labels)
+    readings_at = ["embedding"] + [f"after block {i}" for i in range(len(result.layers) - 1)]
+    print("Accuracy of the prediction read from the residual stream (logit lens):")
+    for name, value in zip(readings_at, result.layers, strict=True):
+        print(f"  {name:<15} {value:.3f}")
+    numbers = result.to_dict()
+    try:
+        attribution = lens.direct_logit_attribution(model, inputs, labels)
+    except ValueError as exc:
+        print(f"(no direct logit attribution: {str(exc).split(';')[0]})")
+    else:
+        numbers["direct_logit_attribution"] = attribution
+        top = sorted(attribution.items(), key=lambda item: -abs(item[1]))[:8]
+        print("Direct contribution to the correct logit (largest first):")
+        for name, value in top:
+            print(f"  {name:<20} {value:+.3f}")
+    # the figure: the first example, every layer's top token and the right token's probability
+    readings = lens.logit_lens(model, tuple(x[:1] for x in inputs))
+    labelled = (labels[0] != IGNORE_INDEX).nonzero()[:, 0][-48:]  # the last 48 labelled positions
+    right = labels[0, labelled]
+    probability = torch.stack([r[0, labelled].softmax(-1)[torch.arange(len(right)), right] for r in readings])
+    predicted = [[names[i] for i in r[0, labelled].argmax(-1).tolist()] for r in readings]
+    tokens = [model.vocab[i] for i in inputs[-1][0, labelled].tolist()]
+    title = f"Logit lens (accuracy by layer: {', '.join(f'{v:.2f}' for v in result.layers)})"
+    write(out_dir, "lens", numbers, figures.logit_lens(probability, predicted, tokens, title))
+
+
+def analyse_faithfulness(model, inputs, labels, out_dir: Path) -> None:
+    from transformer_lab import figures
+    from transformer_lab.analysis import faithfulness
+
+    with as_config_error():
+        result = faithfulness.deletion_curves(model, inputs, labels)
+    print(result.table())
+    title = f"Deletion curves ({result.outputs} outputs)"
+    write(
+        out_dir,
+        "faithfulness",
+        result.to_dict(),
+        figures.deletion_curves(result.fractions, result.curves, result.auc, title),
+    )
+
+
+def interpret(args: dict[str, str]) -> None:
+    out_dir = output_dir(args.get("out_dir", "interpret_out"), "out_dir")
+    from transformer_lab.checkpoint import load
+
+    analysis = args["analysis"]
+    count = to_number(args, "num_examples", int, DEFAULT_EXAMPLES[analysis])
+    require(
+        count is not None and count > 0, f"num_examples={args.get('num_examples')} must be a positive integer"
+    )
+    checkpoint = load(
+        args["ckpt_path"], device=pick_device(args.get("device", "auto")), data_path=args.get("data_path")
+    )
+    model = checkpoint.model
+    started = time.perf_counter()
+    if analysis == "patching":
+        require(
+            "text" not in args, "text= does not apply to patching, which needs the task's corrupted pairs"
+        )
+        analyse_patching(checkpoint, count, args, out_dir)
+    else:
+        if "text" in args:
+            inputs, labels = checkpoint.text_example(args["text"])
+            require(
+                bool((labels != -100).any()),
+                f"the task {checkpoint.task_name} cannot say what the output of text= should be, which "
+                f"analysis={analysis} measures; use its test examples (num_examples=)",
+            )
+        else:
+            inputs, labels = checkpoint.examples(count, exact="num_examples" in args)
+        if analysis == "heads":
+            analyse_heads(model, inputs, labels, args, out_dir)
+        elif analysis == "lens":
+            analyse_lens(model, inputs, labels, checkpoint.output_names, out_dir)
+        else:
+            analyse_faithfulness(model, inputs, labels, out_dir)
+    print(f"({analysis} took {time.perf_counter() - started:.1f} s)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    interpret(parse_args(argv))
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,224 @@
+"""Compare runs: one table, one row per run, best first.
+
+    python -m transformer_lab.summarize saved_models/multirun/<date>_<time>   # one sweep
+    python -m transformer_lab.summarize saved_models [--csv runs.csv]         # every run
+
+A run is a directory with `.hydra/config.yaml` (Hydra writes it). Columns: the settings that were
+overridden in any of the runs and whose values differ between them (the swept hyperparameters), each
+shown with the value that run actually used (its composed config, or the config group it picked, also
+where it was not overridden), then the final val/ and test/ metrics from metrics.json and the wall
+time. Rows are sorted by the task's metric (the sweep objective: val/acc highest first, val/loss lowest
+first); runs without metrics.json (failed, or still running) come last. Runs of different tasks get one
+table each, titled with the task. --csv also writes every row to a CSV file, with a `task` column.
+"""
+
+import argparse
+import csv
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from transformer_lab.cli import ArgumentParser, run
+from transformer_lab.errors import require
+
+
+@dataclass
+class Run:
+    """One run directory: its task, its composed config, the config groups it picked, the command-line
+    overrides it ran with, and its metrics.json."""
+
+    name: str
+    task: str
+    metric: str
+    mode: str
+    overrides: dict[str, str]
+    config: DictConfig
+    hydra: DictConfig
+    choices: dict[str, str | None]
+    removed: set[str]
+    metrics: dict | None
+
+    def value(self, key: str) -> str:
+        """What the run used for `key`, overridden or not: the option it picked for a config group
+        (`task`, `model`, `experiment`, `hydra/launcher`: `none` if none), else the value in its composed
+        config (`hydra.*`: Hydra's); a section such as `callbacks.head_metrics` reads `on`, or `off` if
+        the run removed it (`~key`); `-` only for a key the run's config does not have at all."""
+        if key in self.choices:
+            return "none" if self.choices[key] is None else str(self.choices[key])
+        root, path = (self.hydra, key) if key.startswith("hydra.") else (self.config, key)
+        absent = object()
+        try:
+            node = OmegaConf.select(root, path, default=absent, throw_on_missing=False)
+        except Exception:  # an interpolation that only resolves inside the run (e.g. ${now:...})
+            node = OmegaConf.select(root, path, default=absent, throw_on_resolution_failure=False)
+        if node is absent:
+            return "off" if key in self.removed else self.overrides.get(key, "-")
+        if isinstance(node, DictConfig):
+            return "on"
+        if isinstance(node, ListConfig):
+            return str(OmegaConf.to_container(node, resolve=False))
+        return "null" if node is None else str(node)
+
+    def score(self) -> float | None:
+        value = (self.metrics or {}).get(self.metric)
+        return value if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def load_run(run_dir: Path, root: Path) -> Run:
+    """Read a run directory's Hydra files and metrics.json."""
+    hydra_dir = run_dir / ".hydra"
+    cfg = OmegaConf.load(hydra_dir / "config.yaml")
+    overrides_file = hydra_dir / "overrides.yaml"
+    overrides, removed = {}, set()
+    for token in OmegaConf.load(overrides_file) if overrides_file.is_file() else []:
+        key, _, value = str(token).partition("=")
+        if key.startswith("~"):
+            removed.add(key.lstrip("~"))
+        overrides[key.lstrip("+~")] = value
+    hydra_file = hydra_dir / "hydra.yaml"
+    hydra = OmegaConf.load(hydra_file) if hydra_file.is_file() else OmegaConf.create({})
+    choices = OmegaConf.to_container(hydra.hydra.runtime.choices) if "hydra" in hydra else {}
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        metrics = None
+    return Run(
+        name=str(run_dir.relative_to(root)) if run_dir != root else run_dir.name,
+        task=str(cfg.get("task_name", "?")),
+        metric=str(cfg.get("metric", "")),
+        mode=str(cfg.get("metric_mode", "max")),
+        overrides=overrides,
+        config=cfg,
+        hydra=hydra,
+        choices=choices,
+        removed=removed,
+        metrics=metrics,
+    )
+
+
+def find_runs(root: Path) -> list[Run]:
+    """Every run under `root` (or `root` itself)."""
+    require(
+        root.is_dir(),
+        f"{root} is not a directory; pass a sweep directory such as saved_models/multirun/<date>_<time>, "
+        "or saved_models",
+    )
+    run_dirs = sorted({p.parent.parent for p in root.rglob("config.yaml") if p.parent.name == ".hydra"})
+    require(bool(run_dirs), f"no runs under {root} (a run directory holds .hydra/config.yaml)")
+    return [load_run(d, root) for d in run_dirs]
+
+
+def ranked(runs: list[Run]) -> list[Run]:
+    """Best first by the task's metric; runs without that metric last, in directory order."""
+    scored = [r for r in runs if r.score() is not None]
+    scored.sort(key=lambda r: r.score(), reverse=runs[0].mode == "max")
+    return scored + [r for r in runs if r.score() is None]
+
+
+def columns(runs: list[Run]) -> tuple[list[str], list[str]]:
+    """The overridden settings whose values (as each run used them) differ between the runs, and the val/
+    and test/ metrics the runs report."""
+    keys = list(dict.fromkeys(k for r in runs for k in r.overrides))
+    differing = [k for k in keys if len({r.value(k) for r in runs}) > 1]
+    names = list(dict.fromkeys(k for r in runs for k in r.metrics or {} if k.startswith(("val/", "test/"))))
+    metrics = [k for k in names if k.startswith("val/")] + [k for k in names if k.startswith("test/")]
+    return differing, metrics
+
+
+def fmt(value: object) -> str:
+    """Numbers to 4 significant digits (overrides arrive as text: '0.0016291949914665768' -> '0.001629')."""
+    if isinstance(value, str):
+        for kind in (int, float):
+            try:
+                value = kind(value)
+                break
+            except ValueError:
+                pass
+        else:
+            return value
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def rows(runs: list[Run], differing: list[str], metrics: list[str]) -> list[dict[str, str]]:
+    """Table rows (cell text by column name), best run first."""
+    table = []
+    for r in ranked(runs):
+        m = r.metrics or {}
+        row = {"run": r.name}
+        row.update({k: fmt(r.value(k)) for k in differing})
+        row.update({k: fmt(m[k]) if k in m else "-" for k in metrics})
+        row["wall_s"] = fmt(m.get("wall_time_s", "-"))
+        row["status"] = "ok" if r.metrics is not None else "no metrics.json"
+        table.append(row)
+    return table
+
+
+def render(table: list[dict[str, str]]) -> str:
+    """Aligned text: run names and text left, numbers right."""
+    headers = list(table[0])
+    widths = {h: max(len(h), *(len(row[h]) for row in table)) for h in headers}
+
+    numeric = {h for h in headers[1:] if all(_is_number(row[h]) or row[h] == "-" for row in table)}
+
+    def line(cells: dict[str, str]) -> str:
+        text = "  ".join(
+            cells[h].rjust(widths[h]) if h in numeric else cells[h].ljust(widths[h]) for h in headers
+        )
+        return text.rstrip()
+
+    rule = "  ".join("-" * widths[h] for h in headers)
+    return "\n".join([line({h: h for h in headers}), rule, *(line(row) for row in table)])
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def summarize(root: Path) -> list[tuple[str, list[dict[str, str]]]]:
+    """(title, rows) for each task found under `root`."""
+    runs = find_runs(root)
+    tables = []
+    for task in dict.fromkeys(r.task for r in runs):
+        group = [r for r in runs if r.task == task]
+        differing, metrics = columns(group)
+        better = "highest" if group[0].mode == "max" else "lowest"
+        title = f"{task}: {len(group)} run(s) under {root}, by {group[0].metric} ({better} first)"
+        tables.append((title, rows(group, differing, metrics)))
+    return tables
+
+
+def write_csv(path: Path, tables: list[tuple[str, list[dict[str, str]]]]) -> None:
+    """All rows of all tables in one CSV file, with a `task` column."""
+    fields = list(dict.fromkeys(["task", *(h for _, table in tables for h in table[0])]))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
+        writer.writeheader()
+        for title, table in tables:
+            for row in table:
+                writer.writerow({"task": title.split(":")[0], **row})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", type=Path, help="a sweep directory, a run directory, or saved_models")
+    parser.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows to this CSV file")
+    args = parser.parse_args(argv)
+    if args.csv is not None:
+        require(args.csv.parent.is_dir(), f"--csv {args.csv}: the directory {args.csv.parent} does not exist")
+    tables = summarize(args.root)
+    print("\n\n".join(f"{title}\n{render(table)}" for title, table in tables))
+    if args.csv is not None:
+        write_csv(args.csv, tables)
+        print(f"\nwrote {args.csv}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,187 @@
+"""One training run: config -> task (datamodule) -> TransformerPredictor (sized by the task) -> Trainer;
+fit, test the best checkpoint, write metrics.json in the run directory.
+
+Tests call `train(cfg)` with a config from Hydra's compose API (`training.compose.compose_config`); the
+command line reaches it through `transformer_lab.train` (Hydra's main).
+"""
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_lab.errors import require
+from transformer_lab.training import console
+from transformer_lab.training.compose import instantiate
+
+log = logging.getLogger(__name__)
+
+
+def check_accelerator(accelerator: str) -> None:
+    """Fail early, in one line, when the requested device is not on this machine."""
+    import torch
+
+    accelerator = str(accelerator)
+    if accelerator in ("gpu", "cuda"):
+        require(
+            torch.cuda.is_available(),
+            f"trainer.accelerator={accelerator} but no CUDA GPU is available; "
+            "use trainer.accelerator=auto (or trainer=cpu)",
+        )
+    elif accelerator == "mps":
+        require(
+            torch.backends.mps.is_available(),
+            "trainer.accelerator=mps but Apple's MPS backend is not available; use trainer.accelerator=auto",
+        )
+    else:
+        require(
+            accelerator in ("auto", "cpu"),
+            f"trainer.accelerator={accelerator} is unknown; use auto, cpu, gpu/cuda or mps",
+        )
+
+
+def build_trainer(cfg: DictConfig) -> L.Trainer:
+    """Instantiate the Trainer with the config's callbacks and loggers, and pick device defaults:
+    on CUDA, bf16-mixed precision where supported and TF32 matmuls. The console gets one line per
+    validation; Lightning's model table gives way to train()'s one-line summary unless
+    `trainer.enable_model_summary=true`; the progress bar shows where someone watches (progress.py)."""
+    import torch
+
+    from transformer_lab.training.checkpoint_io import AtomicCheckpointIO
+    from transformer_lab.training.progress import ValidationLog, bar_only_where_watched
+
+    check_accelerator(cfg.trainer.accelerator)
+    on_cuda = torch.cuda.is_available() and str(cfg.trainer.accelerator) in ("auto", "gpu", "cuda")
+    extra = {}
+    if cfg.trainer.get("precision") is None:
+        extra["precision"] = "bf16-mixed" if on_cuda and torch.cuda.is_bf16_supported() else "32-true"
+    if cfg.trainer.get("enable_model_summary") is None:
+        extra["enable_model_summary"] = False
+    if on_cuda:
+        torch.set_float32_matmul_precision("high")
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values() if lg is not None]
+    trainer = instantiate(
+        cfg.trainer,
+        callbacks=[*callbacks, ValidationLog()],
+        logger=loggers or False,
+        plugins=[AtomicCheckpointIO()],
+        **extra,
+    )
+    bar_only_where_watched(trainer, cfg.trainer.get("enable_progress_bar"))
+    return trainer
+
+
+def check_launch_in_sweep(cfg: DictConfig, trainer: L.Trainer) -> None:
+    """Lightning's `ddp` starts the other ranks by re-running the command line, which in a local sweep is the
+    whole sweep (and only once per process). On SLURM the ranks are SLURM tasks, so sweeps work there."""
+    strategy = trainer.strategy
+    reruns_command = (
+        str(cfg.trainer.get("strategy")) == "ddp"  # ddp_spawn / ddp_fork start processes differently
+        and trainer.world_size > 1
+        and not strategy.cluster_environment.creates_processes_externally
+    )
+    require(
+        not (HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN and reruns_command),
+        "trainer.strategy=ddp cannot start its processes inside a local sweep (-m); run DDP jobs one at "
+        "a time without -m, or sweep on a SLURM cluster with hydra/launcher=slurm",
+    )
+
+
+def use_threads(cfg: DictConfig, model: L.LightningModule, task: object) -> str:
+    """Set torch's threads as `threads=` says (see `limits.choose_threads`); the words for the header."""
+    import torch
+
+    from transformer_lab.limits import choose_threads
+
+    trainer = cfg.trainer
+    ddp_on_cpu = str(trainer.get("strategy", "")).startswith("ddp") and str(trainer.accelerator) == "cpu"
+    processes = int(trainer.devices) if ddp_on_cpu and str(trainer.devices).isdigit() else 1
+    tokens = getattr(task, "batch_size", 0) * getattr(task, "max_len", 0)
+    work = sum(p.numel() for p in model.parameters()) * tokens if tokens else None
+    count, why = choose_threads(cfg.get("threads", "auto"), processes, work)
+    torch.set_num_threads(count)
+    return f"{count} thread{'s' * (count != 1)}: {why}"
+
+
+def train(cfg: DictConfig) -> dict:
+    """Fit, test the best checkpoint, write metrics.json in the run directory, and return the metrics."""
+    from transformer_lab.training.config_checks import check_targets, check_types
+    from transformer_lab.training.predictor import build_predictor
+    from transformer_lab.training.resume import check_resumable, resume_checkpoint
+
+    start = time.perf_counter()
+    output_dir = Path(cfg.paths.output_dir)
+    console.ignore_known_noise()
+    check_targets(cfg)
+    check_types(cfg)
+    ckpt_path = resume_checkpoint(cfg)
+    if cfg.get("seed") is not None:
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    task = instantiate(cfg.data)
+    settings = OmegaConf.to_container(cfg.model, resolve=True)
+    model = build_predictor(settings, task)
+    threads = use_threads(cfg, model, task)
+    trainer = build_trainer(cfg)
+    if ckpt_path is not None:
+        check_resumable(ckpt_path, model, trainer)
+    check_launch_in_sweep(cfg, trainer)
+    log.info(
+        f"Training on {trainer.strategy.root_device} ({trainer.precision} precision, {threads}); "
+        f"run directory {console.shown_path(output_dir)}"
+    )
+    log.info(console.model_summary(model.net))
+
+    trainer.fit(model, datamodule=task, ckpt_path=ckpt_path, weights_only=True)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    best = trainer.checkpoint_callback
+    best_path = getattr(best, "best_model_path", "") or None
+    # read before testing: loading best.ckpt for the test restores the callbacks' state saved in it,
+    # which predates the score of best.ckpt itself
+    best_score = getattr(best, "best_model_score", None) if best_path else None
+    global_step = trainer.global_step
+    if cfg.get("test", True) and not trainer.interrupted:
+        results = trainer.test(model, datamodule=task, ckpt_path=best_path, verbose=False, weights_only=True)
+        metrics.update({k: float(v) for k, v in results[0].items()})
+    metrics.update(
+        metric=cfg.metric,
+        best_score=best_score,
+        best_ckpt_path=best_path,
+        global_step=global_step,
+        device=str(trainer.strategy.root_device),
+        wall_time_s=round(time.perf_counter() - start, 2),
+    )
+    if trainer.is_global_zero:
+        _write_results(trainer, cfg, metrics, output_dir)
+    return metrics
+
+
+def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    scores = {f"hp/{k.replace('/', '_')}": v for k, v in metrics.items() if "/" in k}
+    hparams = trainer.lightning_module.hparams
+    flat = {
+        **{f"model.{k}": v for k, v in hparams["net"].items() if k != "vocab"},
+        **{f"model.{k}": v for k, v in hparams.items() if k != "net"},
+        **{
+            f"data.{k}": v
+            for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
+            if k != "_target_"
+        },
+        "seed": cfg.get("seed"),
+    }
+    flat = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()}
+    for logger in trainer.loggers:
+        logger.log_hyperparams(flat, metrics=scores)
+        # Write these last records now: the Trainer already finalized its loggers, and leaving the flush
+        # to garbage collection at exit can lose them (the last job of a sweep then has no hp/ scalars).
+        logger.finalize("success")
+    for line in console.run_summary(output_dir, metrics, metrics.get("best_ckpt_path")):
+        log.info(line)
