@@ -85,10 +85,10 @@ def output_dir(text: str, key: str) -> Path:
 
 
 def _require_writable(folder: Path, key: str, text: str) -> None:
-    require(
-        folder.is_dir(),
-        f"{key}={text}: the folder {folder} does not exist; create it or choose another {key}=",
-    )
+    where = f"{key}={text}: the folder {folder}"
+    require(folder.exists(), f"{where} does not exist; create it or choose another {key}=")
+    require(folder.is_dir(), f"{where} is a file, not a folder; choose another {key}=")
+
     require(
         os.access(folder, os.W_OK | os.X_OK),
         f"{key}={text}: the folder {folder} is not writable; choose another {key}=",

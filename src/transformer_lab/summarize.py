@@ -86,6 +86,7 @@ def load_run(run_dir: Path, root: Path) -> Run:
         metrics = json.loads((run_dir / "metrics.json").read_text())
     except (OSError, ValueError):
         metrics = None
+    metrics = metrics if isinstance(metrics, dict) else None
     return Run(
         name=str(run_dir.relative_to(root)) if run_dir != root else run_dir.name,
         task=str(cfg.get("task_name", "?")),
@@ -109,7 +110,17 @@ def find_runs(root: Path) -> list[Run]:
     )
     run_dirs = sorted({p.parent.parent for p in root.rglob("config.yaml") if p.parent.name == ".hydra"})
     require(bool(run_dirs), f"no runs under {root} (a run directory holds .hydra/config.yaml)")
-    return [load_run(d, root) for d in run_dirs]
+    runs = []
+    for run_dir in run_dirs:
+        try:
+            runs.append(load_run(run_dir, root))
+        except Exception as exc:  # a run whose files are damaged: the others are still worth a table
+            reason = " ".join(str(exc).split())[:120] or type(exc).__name__
+            warning = f"warning: skipping {run_dir}: its .hydra/ files cannot be read ({reason})"
+            print(warning, file=sys.stderr)
+
+    require(bool(runs), f"no run under {root} could be read (see the warnings above)")
+    return runs
 
 
 def ranked(runs: list[Run]) -> list[Run]:

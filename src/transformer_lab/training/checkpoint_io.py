@@ -8,12 +8,14 @@ config under `net`, the optimizer and loop state, the callbacks' state), plus `f
 (`datamodule_hyper_parameters`). `transformer_lab.checkpoint` reads it.
 """
 
+import io
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from transformer_lab.errors import TrainingFailed
 from transformer_lab.files import write_atomically
 
 FORMAT_VERSION = 1
@@ -52,10 +54,14 @@ def shippable(checkpoint: dict) -> dict:
 
 
 def save_atomically(content: object, path: str | Path) -> None:
-    """torch.save to a temporary file next to `path`, then renamed into place (`files.write_atomically`)."""
+    """torch.save to a temporary file next to `path`, then renamed into place (`files.write_atomically`).
+    The bytes are made in memory first, so a disk that refuses them (full, a file-size limit) shows as the
+    OSError of that write, not as a broken zip writer."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, lambda f: torch.save(content, f))
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    write_atomically(path, lambda f: f.write(buffer.getbuffer()))
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -69,4 +75,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
     ) -> None:
-        save_atomically(checkpoint, path)
+        """A save the disk refuses (full, a file-size limit, a read-only folder) stops training with one
+        line (TrainingFailed, exit 1) that says what was kept."""
+        try:
+            save_atomically(checkpoint, path)
+        except OSError as exc:
+            path = Path(path)
+            kept = f"the previous {path.name} is kept" if path.is_file() else "nothing was saved"
+            last = path.parent / "last.ckpt"
+            then = f"resume with resume={path.parent.parent}" if last.is_file() else "run it again"
+            raise TrainingFailed(
+                f"cannot write {path} at step {checkpoint.get('global_step')}: {exc.strerror or exc}; "
+                f"{kept}; free some space or make the folder writable, then {then}"
+            ) from None

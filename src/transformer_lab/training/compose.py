@@ -68,7 +68,8 @@ def misspelled(key: str, other_overrides: Sequence[str]) -> str:
                 walk(value, f"{prefix}{name}.")
 
     walk(OmegaConf.to_container(cfg, resolve=False), "")
-    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(key, [k for k in keys if k != key], n=1, cutoff=0.6)
+
     hint = f"did you mean {close[0]}?" if close else f"use +{key}=... to add a new key"
     return f"{key} is not a setting of the config; {hint} (python train.py --cfg job lists them)"
 

@@ -93,6 +93,29 @@ def check_launch_in_sweep(cfg: DictConfig, trainer: L.Trainer) -> None:
     )
 
 
+def require_step_memory(model: L.LightningModule, task: object) -> None:
+    """Refuse, before the first step, a training step that cannot fit in memory: the weights with their
+    gradients and AdamW's two moments, and the activations a batch keeps for the backward pass (per layer
+    about 16 d + 2 d_ff values per token, and the attention weights, H T^2 per sequence, kept twice)."""
+    from transformer_lab.limits import require_memory, size_text
+
+    batch, tokens = getattr(task, "batch_size", None), getattr(task, "max_len", None)
+    if not isinstance(batch, int) or not isinstance(tokens, int):
+        return  # a task of one's own that does not say: Lightning will find out
+    config = model.net.config
+    layers = sum(len(stack.blocks) for stack in model.net.stacks().values())
+    state = 16 * sum(p.numel() for p in model.parameters())
+    per_token = layers * (16 * config.model_dim + 2 * config.feedforward_dim) + 3 * config.output_classes
+    attention = layers * config.num_heads * tokens * tokens * 2
+    activations = 4 * batch * (tokens * per_token + attention)
+    require_memory(
+        state + activations,
+        f"a training step (data.batch_size={batch} sequences of {tokens} tokens: {size_text(state)} of "
+        f"weights and optimizer state, {size_text(activations)} of activations)",
+        "lower data.batch_size or the sequence length, or the model's size",
+    )
+
+
 def use_threads(cfg: DictConfig, model: L.LightningModule, task: object) -> str:
     """Set torch's threads as `threads=` says (see `limits.choose_threads`); the words for the header."""
     import torch
@@ -128,6 +151,7 @@ def train(cfg: DictConfig) -> dict:
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     model = build_predictor(settings, task)
     threads = use_threads(cfg, model, task)
+    require_step_memory(model, task)
     trainer = build_trainer(cfg)
     if ckpt_path is not None:
         check_resumable(ckpt_path, model, trainer)

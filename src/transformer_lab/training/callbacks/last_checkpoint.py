@@ -6,7 +6,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
-from transformer_lab.errors import TrainingDiverged, require
+from transformer_lab.errors import TrainingFailed, require
 
 
 class LastCheckpoint(Checkpoint):
@@ -64,8 +64,8 @@ class LastCheckpoint(Checkpoint):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        if isinstance(exception, TrainingDiverged) or trainer.state.fn != "fit" or trainer.global_step == 0:
-            return
+        if isinstance(exception, TrainingFailed) or trainer.state.fn != "fit" or trainer.global_step == 0:
+            return  # diverged, or the disk refused a save: the last good file stays as it is
         if not all(torch.isfinite(p).all() for p in pl_module.parameters()):
             return  # diverged since FiniteLossCheck last looked: keep the last good state
         self._save(trainer)
