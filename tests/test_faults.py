@@ -246,3 +246,27 @@ def test_same_seed_same_config_gives_identical_metrics(tmp_path):
         run.pop("wall_time_s"), run.pop("best_ckpt_path")
     assert runs[0] == runs[1]
     assert json.loads((tmp_path / "0" / "metrics.json").read_text())["val/loss"] == runs[0]["val/loss"]
+
+
+def test_resuming_a_run_reads_its_own_settings_and_continues_in_its_directory(tmp_path):
+    """The hint a stopped run prints works as printed, with the run's own model settings (no need to
+    repeat them), in the same directory (TensorBoard shows one run), and .hydra/ keeps the first config."""
+    run_dir = tmp_path / "run"
+    settings = ["experiment=reverse_tiny", "model.num_heads=4", "model.num_layers=2"]
+    first = run_cli("train.py", *settings, f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    config = (run_dir / ".hydra" / "config.yaml").read_text()
+    for how in (f"resume={run_dir}", f"ckpt_path={run_dir / 'checkpoints' / 'last.ckpt'}"):
+        epochs = 2 if how.startswith("resume") else 3
+        resumed = run_cli("train.py", how, f"trainer.max_epochs={epochs}")
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 8 * epochs
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == config  # the first config, kept
+    record = (run_dir / ".hydra" / "resumes.yaml").read_text()
+    assert "trainer.max_epochs=2" in record and "trainer.max_epochs=3" in record
+    assert not [p for p in tmp_path.iterdir() if p != run_dir]  # no second run directory
+    refused = run_cli("train.py", f"resume={run_dir}", "trainer.max_epochs=9", "model.num_heads=2")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "model.num_heads=2: a resumed run keeps the settings of the run it continues" in refused.stderr
+    elsewhere = run_cli("train.py", f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'other'}")
+    assert elsewhere.returncode == 2 and "continues in its own directory" in elsewhere.stderr

@@ -89,7 +89,10 @@ def prepare(argv: list[str]) -> list[str]:
     if continued is not None:
         run, kept = continued
         require_same_dir(value, run)
-        overrides = [*kept, f"resume={run}", *(o for o in overrides if o.startswith("hydra."))]
+        hydra = [o for o in overrides if o.startswith("hydra.") and not o.startswith("hydra.run.dir=")]
+        overrides = [*kept, f"resume={run}", *hydra, f"hydra.run.dir={run}"]
+        value["hydra.run.dir"] = str(run)
+
     directory, multirun = preflight.check_command_line([*flags, *overrides])
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     shows_only = any(flag.split("=")[0] in preflight.SHOW_ONLY for flag in flags)
@@ -99,7 +102,8 @@ def prepare(argv: list[str]) -> list[str]:
     if continued is not None:
         run_dir.record_resume(claimed, [o for o in argv if not o.startswith("-")])
         overrides.append("hydra.output_subdir=null")  # the run's .hydra/ keeps its first config
-    return [*flags, *overrides, f"{key}={claimed}"]
+    return [*flags, *(o for o in overrides if not o.startswith(f"{key}=")), f"{key}={claimed}"]
+
 
 
 def require_same_dir(value: dict[str, str], run: Path) -> None:
