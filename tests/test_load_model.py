@@ -76,3 +76,26 @@ def test_a_plain_install_trains_from_any_directory(tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     assert (elsewhere / "saved_models" / "reverse").is_dir()
+    # every tool is a command of the installed package, and the ready-made models come with it
+    assert (target / "transformer_lab" / "data" / "tinyshakespeare" / "input.txt").is_file()
+    commands = {
+        "sample": ["ckpt_path=pretrained:shakespeare", "prompt=ROMEO:", "max_new_tokens=20"],
+        "explore": ["ckpt_path=pretrained:shakespeare", "index=3"],
+        "explain": ["ckpt_path=pretrained:reverse_2l4h", "index=1"],
+        "interpret": ["ckpt_path=pretrained:reverse_2l4h", "analysis=heads", "num_examples=16"],
+        "params": [],
+        "plots": ["positional_encoding"],
+        "init_attention": ["num_examples=8"],
+        "summarize": [str(elsewhere / "saved_models")],
+        "curves": [str(elsewhere / "saved_models"), "metric=train/loss"],
+        "pretrained": [],
+    }
+    for tool, args in commands.items():
+        done = subprocess.run(
+            [sys.executable, "-m", f"transformer_lab.{tool}", *args],
+            cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode in (0, 2) and "No module named" not in done.stderr, (tool, done.stderr[-2000:])
+        assert done.returncode == 0 or tool == "curves", (tool, done.stderr[-2000:])  # fast_dev_run logs none
+    assert (elsewhere / "explorer.html").stat().st_size > 10_000
+
