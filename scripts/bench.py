@@ -50,6 +50,11 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    `chromium` and playwright are installed) the time from the start of navigation to the first full
    render (target < 1000 ms) and to draw the model view's 64 heatmaps, medians of 3 loads. (--quick: 2 x 2
    over 32 tokens.)
+9. Threads (`--phases threads`): where a second thread starts to pay (the median step time of decoders
+   from 10 K to 3 M parameters with one thread and with one per core: the speed-up against the work of a
+   step, parameters x tokens), and `python train.py` on a busy machine (one busy process per core in the
+   background) with the default `threads=auto` against `threads=1` (target: at most 1.5x).
+   (--quick: the two smallest sizes, and experiment=reverse_tiny.)
 """
 
 import argparse
@@ -64,6 +69,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -86,6 +92,9 @@ from transformer_lab.training.run import build_trainer, train
 TRAIN_OVERRIDES = ["experiment=shakespeare_cpu", "trainer.limit_val_batches=0"]
 
 
+QUIET_BAR = "callbacks.progress_bar.refresh_rate=0"
+
+
 @dataclass(frozen=True)
 class Mode:
     """How much to measure: training rounds of `chunk` steps per contender, generation length, reverse run."""
@@ -100,9 +109,10 @@ class Mode:
     sort_overrides: tuple[str, ...]
     end_to_end_overrides: tuple[str, ...] = ()
     explorer_shape: tuple[int, int, int] = (8, 8, 256)  # layers, heads, tokens
+    threads_overrides: tuple[str, ...] = (QUIET_BAR,)  # the busy-machine run: `python train.py` itself
 
 
-QUIET = "callbacks.progress_bar.refresh_rate=0"
+QUIET = QUIET_BAR
 FULL = Mode(2, 20, 25, 500, 5, 1024, (), ())
 QUICK = Mode(
     1,
@@ -121,9 +131,12 @@ QUICK = Mode(
         QUIET,
     ),
     explorer_shape=(2, 2, 32),
+    threads_overrides=("experiment=reverse_tiny", QUIET),
 )
 
-PHASES = ("training", "generation", "reverse", "encoder_decoder", "end_to_end", "explorer")
+
+PHASES = ("training", "generation", "reverse", "encoder_decoder", "end_to_end", "explorer", "threads")
+
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
     "lightning_over_bare": (">=", 0.95),
     "hooks_over_no_hooks": (">=", 0.99),
@@ -137,7 +150,9 @@ TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the ful
     "end_to_end_over_loop": (">=", 0.90),
     "explorer_mb": ("<", 5.0),
     "explorer_render_ms": ("<", 1000.0),
+    "busy_auto_over_one_thread": ("<", 1.5),
 }
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -614,6 +629,97 @@ def bench_end_to_end(mode: Mode, overrides: list[str], workdir: Path, threads: i
     }
 
 
+THREAD_SIZES = (  # (model_dim, layers, tokens per sequence, sequences per batch): small to shakespeare_cpu
+    (32, 1, 16, 128),
+    (64, 2, 32, 64),
+    (128, 4, 64, 12),
+    (128, 4, 64, 64),
+    (256, 4, 128, 32),
+)
+
+
+@contextmanager
+def busy_cores() -> Iterator[int]:
+    """One busy process per core in the background (a laptop with other programs, a shared machine)."""
+    count = os.cpu_count() or 1
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(1.0)  # let the load show in /proc/stat
+        yield count
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+def step_seconds(config: dict, tokens: int, batch: int, threads: int, steps: int) -> float:
+    """Median seconds of a training step (forward, backward, AdamW) of a decoder of these sizes."""
+    torch.set_num_threads(threads)
+    model = build_model(dict(arch="decoder", vocab_size=65, max_len=tokens, **config))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(65, (batch, tokens))
+    times = []
+    for _ in range(steps + 2):
+        start = time.perf_counter()
+        loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[2:])
+
+
+def bench_threads(mode: Mode, workdir: Path) -> dict:
+    """Phase 9: where a second thread starts to pay (a quiet machine: the step time of a range of model
+    sizes with 1 and with every core's thread), and a run on a busy machine (one busy process per core)
+    with threads=auto, the default, against threads=1."""
+    results: dict = {"thread_sizes": []}
+    cores = os.cpu_count() or 1
+    before = torch.get_num_threads()
+    for dim, layers, tokens, batch in THREAD_SIZES[: 2 if mode is QUICK else None]:
+        config = dict(model_dim=dim, num_layers=layers, num_heads=4, norm_first=True, output_mlp=False)
+        params = sum(
+            p.numel()
+            for p in build_model(dict(arch="decoder", vocab_size=65, max_len=tokens, **config)).parameters()
+        )
+        one = step_seconds(config, tokens, batch, 1, mode.rounds * 5)
+        many = step_seconds(config, tokens, batch, cores, mode.rounds * 5)
+        results["thread_sizes"].append(
+            {
+                "work": params * tokens * batch,
+                "one_thread_s": one,
+                f"{cores}_threads_s": many,
+                "speedup": one / many,
+            }
+        )
+        progress(f"threads: d={dim} L={layers} T={tokens} B={batch}: x{one / many:.2f} with {cores} threads")
+    torch.set_num_threads(before)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    seconds = {}
+    with busy_cores():
+        results["busy_load_average"] = os.getloadavg()[0]
+        for name, extra in (("auto", []), ("one", ["threads=1"])):
+            command = [
+                sys.executable,
+                "train.py",
+                *mode.threads_overrides,
+                *extra,
+                f"paths.log_dir={workdir / name}",
+            ]
+            progress(f"threads: busy machine, python {' '.join(command[1:])}")
+            start = time.perf_counter()
+            run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+            seconds[name] = time.perf_counter() - start
+            if run.returncode != 0:
+                sys.exit(f"error: the busy-machine run failed: {run.stderr.strip()[-2000:]}")
+    results.update(
+        busy_auto_seconds=seconds["auto"],
+        busy_one_thread_seconds=seconds["one"],
+        busy_auto_over_one_thread=seconds["auto"] / seconds["one"],
+    )
+    return results
+
+
 def end_to_end_table(results: dict) -> str:
     """Where the whole run's time went: the parts of the process, then each callback hook's total."""
     r = {k.removeprefix("end_to_end_"): v for k, v in results.items() if k.startswith("end_to_end_")}
@@ -718,6 +824,11 @@ ROWS = [  # (figure, format of the value, the results keys it shows; the first o
     ),
     ("KV-cache speed-up, block 256", "{:.2f}x", ["kv_speedup_block256"]),
     ("reverse: python train.py, wall time", "{:.1f} s", ["reverse_seconds_to_100"]),
+    (
+        "busy machine (a busy process per core): python train.py, threads=auto / threads=1",
+        "{:.2f} ({:.0f} s / {:.0f} s)",
+        ["busy_auto_over_one_thread", "busy_auto_seconds", "busy_one_thread_seconds"],
+    ),
     ("reverse: test/acc", "{:.4f}", ["reverse_test_acc"]),
     (
         f"encoder-decoder generation, {ENCDEC_OUTPUT_TOKENS} tokens x 128 sources, no caches / caches",
@@ -819,6 +930,8 @@ def main(argv: list[str] | None = None) -> dict:
             results.update(bench_end_to_end(mode, args.overrides, workdir, args.threads))
         if "explorer" in phases:
             results.update(bench_explorer(mode, workdir))
+        if "threads" in phases:
+            results.update(bench_threads(mode, workdir))
     results.update(
         mode=mode_name,
         overrides=" ".join(args.overrides),

@@ -93,18 +93,12 @@ def free_cores(sample_seconds: float = 0.2) -> tuple[float, int]:
     return min(float(cores), idle), cores
 
 
-# Below this much work per optimisation step (parameters x tokens of a batch), a second thread costs
-# more in synchronisation than it saves: measured in scripts/bench.py (--phases threads).
-SMALL_STEP = 20_000_000
-
-
-def choose_threads(
-    requested: object = "auto", processes: int = 1, work: float | None = None
-) -> tuple[int, str]:
+def choose_threads(requested: object = "auto", processes: int = 1) -> tuple[int, str]:
     """The torch threads to use, and why: an explicit number (`threads=N`), else `OMP_NUM_THREADS` if set,
-    else `auto`: the cores that are idle now, shared by `processes` (DDP ranks), and one thread for a step
-    of less than SMALL_STEP work. A busy machine (a browser, another run) then gets one thread per free
-    core, not torch's default of one per core, which collapses when the cores are taken."""
+    else `auto`: the cores that are idle now, shared by `processes` (DDP ranks). A busy machine (a
+    browser, another run) then gets one thread per free core instead of torch's one per core, which
+    collapses when the cores are taken (10-50x slower); on an idle machine a second thread pays even
+    for the smallest models here (scripts/bench.py --phases threads)."""
     if requested not in (None, "auto"):
         require(
             isinstance(requested, int) and not isinstance(requested, bool) and requested >= 1,
@@ -114,7 +108,6 @@ def choose_threads(
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         return int(os.environ["OMP_NUM_THREADS"]), f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
     idle, cores = free_cores()
-    if work is not None and work < SMALL_STEP:
-        return 1, "auto, a small model"
-    threads = max(1, min(cores // max(1, processes), int(idle / max(1, processes) + 0.5)))
+    share = max(1, processes)
+    threads = max(1, min(cores // share, int(idle / share + 0.5)))
     return threads, f"auto, {idle:.1f} of {cores} cores free"

@@ -116,7 +116,7 @@ def require_step_memory(model: L.LightningModule, task: object) -> None:
     )
 
 
-def use_threads(cfg: DictConfig, model: L.LightningModule, task: object) -> str:
+def use_threads(cfg: DictConfig) -> str:
     """Set torch's threads as `threads=` says (see `limits.choose_threads`); the words for the header."""
     import torch
 
@@ -125,9 +125,7 @@ def use_threads(cfg: DictConfig, model: L.LightningModule, task: object) -> str:
     trainer = cfg.trainer
     ddp_on_cpu = str(trainer.get("strategy", "")).startswith("ddp") and str(trainer.accelerator) == "cpu"
     processes = int(trainer.devices) if ddp_on_cpu and str(trainer.devices).isdigit() else 1
-    tokens = getattr(task, "batch_size", 0) * getattr(task, "max_len", 0)
-    work = sum(p.numel() for p in model.parameters()) * tokens if tokens else None
-    count, why = choose_threads(cfg.get("threads", "auto"), processes, work)
+    count, why = choose_threads(cfg.get("threads", "auto"), processes)
     torch.set_num_threads(count)
     return f"{count} thread{'s' * (count != 1)}: {why}"
 
@@ -150,7 +148,7 @@ def train(cfg: DictConfig) -> dict:
     task = instantiate(cfg.data)
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     model = build_predictor(settings, task)
-    threads = use_threads(cfg, model, task)
+    threads = use_threads(cfg)
     require_step_memory(model, task)
     trainer = build_trainer(cfg)
     if ckpt_path is not None:
