@@ -120,8 +120,16 @@ class MultiheadAttention(nn.Module):
     values from `memory` (the encoder's output), with the same weights: the rows of W^Q, and of W^K, W^V.
 
     Hook points: `hook_q`, `hook_k`, `hook_v` and `hook_z` (the heads' outputs before W^O), each
-    [B, T, H, d_head]; `hook_pattern`, the softmax weights [B, H, T_query, T_key].
+    [B, T, H, d_head]; `hook_pattern`, the softmax weights [B, H, T_query, T_key]. Inside
+    `model.per_head_hooks()` also `hook_result` [B, T, H, D]: each head's output in the residual stream,
+    result_h = z_h W^O_h (the layer's output is sum_h result_h + b^O), computed only while it is hooked.
     """
+
+    per_head = False  # True while the per-head hook points are attached (`HookedModule.per_head_hooks`)
+
+    def per_head_hook_points(self) -> list[tuple[str, str]]:
+        """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
+        return [("hook_result", "hook_z")]
 
     def __init__(self, input_dim: int, embed_dim: int, num_heads: int, bias: bool = True, scale: bool = True):
         super().__init__()
@@ -170,7 +178,6 @@ class MultiheadAttention(nn.Module):
         when they are asked for (`return_attention`, the course tutorial's way) or `hook_pattern` is
         hooked; otherwise the fused kernel runs.
         """
-        batch, seq_len, _ = x.shape
         if memory is None:
             # Split [q | k | v] along features, then heads: views whose backward is one concatenation.
             q, k, v = self.qkv_proj(x).split(self.embed_dim, dim=-1)
@@ -189,7 +196,32 @@ class MultiheadAttention(nn.Module):
                 k, v = self._heads(k, self.hook_k), self._heads(v, self.hook_v)
                 if kv_cache is not None:
                     k, v = kv_cache.update(k, v)
+        return self._attend(q, k, v, mask, causal, return_attention)
+
+    def forward_per_head(
+        self, q_in: Tensor, k_in: Tensor, v_in: Tensor, mask: Tensor | None = None, causal: bool = False
+    ) -> Tensor:
+        """The same attention with a separate input per head (TransformerLens's split q/k/v inputs):
+        q_in [B, T, H, input_dim], k_in and v_in [B, T_keys, H, input_dim] (x, or the encoder's output
+        for cross-attention, one copy per head, after the block's norm). q_h = q_in[:, :, h] W^Q_h + b^Q_h,
+        and likewise k_h and v_h: equal to `forward` when every copy is the same."""
+        weight = self.qkv_proj.weight.view(3, self.num_heads, self.head_dim, -1)
+        bias = self.qkv_proj.bias
+        bias = bias.view(3, 1, self.num_heads, self.head_dim) if bias is not None else [0.0] * 3
+        hooks = (self.hook_q, self.hook_k, self.hook_v)
+        q, k, v = (
+            hook(torch.einsum("bthd,hed->bthe", x, weight[i]) + bias[i]).transpose(1, 2)
+            for i, (x, hook) in enumerate(zip((q_in, k_in, v_in), hooks, strict=True))
+        )
+        return self._attend(q, k, v, mask, causal, False)
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, return_attention: bool
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """softmax(q k^T / sqrt(d_head)) v per head ([B, H, T, d_head] each), then W^O."""
+        batch, _, seq_len, _ = q.shape
         num_keys = k.size(2)
+        device = q.device
         explicit = return_attention or self.hook_pattern.is_hooked
         scale = None if self.scale else 1.0  # the fused kernel's default is 1 / sqrt(d_head)
 
@@ -197,7 +229,7 @@ class MultiheadAttention(nn.Module):
         # and a single query (decoding with a KV cache) is the newest position, which sees every key.
         implicit_causal = causal and mask is None and not explicit and seq_len in (1, num_keys)
         if causal and not implicit_causal:
-            causal_part = causal_mask(seq_len, num_keys, device=x.device)
+            causal_part = causal_mask(seq_len, num_keys, device=device)
             mask = causal_part if mask is None else expand_mask(mask).bool() & causal_part
 
         attention = None
@@ -212,5 +244,11 @@ class MultiheadAttention(nn.Module):
             values = F.scaled_dot_product_attention(q, k, v, attn_mask=expand_mask(mask).bool(), scale=scale)
 
         z = self.hook_z(values.transpose(1, 2))  # [B, T, H, d_head]
-        out = self.o_proj(z.reshape(batch, seq_len, self.embed_dim))
+        if self.per_head and self.hook_result.is_hooked:  # each head's share of the output, then the sum
+            weight = self.o_proj.weight.view(-1, self.num_heads, self.head_dim)
+            result = self.hook_result(torch.einsum("bthe,dhe->bthd", z, weight))
+            out = result.sum(dim=2)
+            out = out if self.o_proj.bias is None else out + self.o_proj.bias
+        else:
+            out = self.o_proj(z.reshape(batch, seq_len, self.embed_dim))
         return (out, attention) if return_attention else out

@@ -51,7 +51,19 @@ class EncoderBlock(HookedModule):
 
     Hook points, in forward order: `hook_resid_pre` (the block's input), the attention's, `hook_attn_out`,
     `hook_resid_mid` (the stream between attention and MLP), the MLP's, `hook_mlp_out`, `hook_resid_post`.
+    Inside `model.per_head_hooks()` also TransformerLens's `hook_q_input`, `hook_k_input`, `hook_v_input`
+    ([B, T, H, D]: the stream each head reads, one copy per head, before the block's norm) and
+    `hook_mlp_in` (the MLP's input, before its norm): while one of them is hooked, the block runs each head
+    on its own copy, so an edge into one head can be changed alone.
     """
+
+    per_head = False  # True while the per-head hook points are attached (`HookedModule.per_head_hooks`)
+
+    def per_head_hook_points(self) -> list[tuple[str, str]]:
+        """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
+        names = [("hook_q_input", "hook_resid_pre"), ("hook_k_input", "hook_q_input")]
+        names.append(("hook_v_input", "hook_k_input"))
+        return names + ([("hook_mlp_in", "hook_resid_mid")] if hasattr(self, "mlp") else [])
 
     def __init__(
         self,
@@ -84,6 +96,8 @@ class EncoderBlock(HookedModule):
     ) -> Tensor:
         """x: [B, T, D] -> [B, T, D]. `mask == 0` hides a key from a query; `causal` hides later keys."""
         x = self.hook_resid_pre(x)
+        if self.per_head and kv_cache is None:
+            return self._forward_per_head(x, mask, causal)
         if self.norm_first:
             x = self.hook_resid_mid(x + self._attention(self.norm1(x), mask, causal, kv_cache))
             if hasattr(self, "mlp"):
@@ -97,6 +111,21 @@ class EncoderBlock(HookedModule):
     def _attention(self, x: Tensor, mask: Tensor | None, causal: bool, kv_cache: KVCache | None) -> Tensor:
         return self.hook_attn_out(self.dropout(self.attn(x, mask, causal=causal, kv_cache=kv_cache)))
 
+    def _forward_per_head(self, x: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        """`forward` with the per-head hook points attached (analysis only: no KV cache)."""
+        if self.hook_q_input.is_hooked or self.hook_k_input.is_hooked or self.hook_v_input.is_hooked:
+            norm = self.norm1 if self.norm_first else nn.Identity()
+            q_in, k_in, v_in = split_inputs(x, x, self.attn.num_heads, self, "")
+            out = self.attn.forward_per_head(norm(q_in), norm(k_in), norm(v_in), mask, causal=causal)
+            attended = self.hook_attn_out(self.dropout(out))
+        else:
+            attended = self._attention(self.norm1(x) if self.norm_first else x, mask, causal, None)
+        if self.norm_first:
+            x = self.hook_resid_mid(x + attended)
+        else:
+            x = self.hook_resid_mid(self.norm1(x + attended))
+        return self.hook_resid_post(mlp_sublayer(self, x, self.norm2 if hasattr(self, "mlp") else None))
+
 
 class DecoderBlock(HookedModule):
     """Causal self-attention, cross-attention over the encoder's output, then the MLP (Vaswani et al.,
@@ -107,7 +136,19 @@ class DecoderBlock(HookedModule):
     `hook_resid_mid`, the cross-attention's (`cross_attn.`: queries from here, keys and values from the
     encoder; `cross_attn.hook_pattern` is [B, H, T_target, T_source]), `hook_cross_attn_out`,
     `hook_resid_mid_cross`, the MLP's, `hook_mlp_out`, `hook_resid_post` (TransformerLens's names).
+    Inside `model.per_head_hooks()` also the encoder block's per-head inputs and `hook_cross_q_input`
+    ([B, T, H, D]: the decoder stream each cross-attention head reads its queries from, before the norm),
+    `hook_cross_k_input` / `hook_cross_v_input` ([B, S, H, D]: the encoder's output, one copy per head).
     """
+
+    per_head = False
+
+    def per_head_hook_points(self) -> list[tuple[str, str]]:
+        """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
+        names = [("hook_q_input", "hook_resid_pre"), ("hook_k_input", "hook_q_input")]
+        names += [("hook_v_input", "hook_k_input"), ("hook_cross_q_input", "hook_resid_mid")]
+        names += [("hook_cross_k_input", "hook_cross_q_input"), ("hook_cross_v_input", "hook_cross_k_input")]
+        return names + ([("hook_mlp_in", "hook_resid_mid_cross")] if hasattr(self, "mlp") else [])
 
     def __init__(
         self,
@@ -156,6 +197,8 @@ class DecoderBlock(HookedModule):
         `memory_mask == 0` a source position from cross-attention. `kv_cache` holds the self-attention's
         keys and values of earlier positions, `memory_kv_cache` the cross-attention's (computed once)."""
         x = self.hook_resid_pre(x)
+        if self.per_head and kv_cache is None and memory_kv_cache is None:
+            return self._forward_per_head(x, memory, mask, memory_mask)
 
         def attend(y: Tensor) -> Tensor:
             return self.hook_attn_out(self.dropout(self.attn(y, mask, causal=True, kv_cache=kv_cache)))
@@ -175,6 +218,65 @@ class DecoderBlock(HookedModule):
             if hasattr(self, "mlp"):
                 x = self.norm3(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
         return self.hook_resid_post(x)
+
+    def _forward_per_head(
+        self, x: Tensor, memory: Tensor, mask: Tensor | None, memory_mask: Tensor | None
+    ) -> Tensor:
+        """`forward` with the per-head hook points attached (analysis only: no KV caches). The encoder's
+        output is read as it is (already normalised), so only the queries' copies pass the norm."""
+        pre = self.norm_first
+        heads = self.attn.num_heads
+
+        def sublayer(x: Tensor, attn: MultiheadAttention, norm: nn.Module, prefix: str, **kw) -> Tensor:
+            names = [f"hook_{prefix}{part}_input" for part in "qkv"]
+            if any(getattr(self, name).is_hooked for name in names):
+                keys = x if attn is self.attn else memory
+                q_in, k_in, v_in = split_inputs(x, keys, heads, self, prefix)
+                if pre:
+                    q_in = norm(q_in)
+                    if attn is self.attn:
+                        k_in, v_in = norm(k_in), norm(v_in)
+                return attn.forward_per_head(q_in, k_in, v_in, **kw)
+            if attn is self.attn:
+                return attn(norm(x) if pre else x, kw["mask"], causal=True)
+            return attn(norm(x) if pre else x, kw["mask"], memory=memory)
+
+        attended = self.hook_attn_out(
+            self.dropout(sublayer(x, self.attn, self.norm1, "", mask=mask, causal=True))
+        )
+        x = self.hook_resid_mid(x + attended if pre else self.norm1(x + attended))
+        crossed = self.dropout(sublayer(x, self.cross_attn, self.norm2, "cross_", mask=memory_mask))
+        crossed = self.hook_cross_attn_out(crossed)
+        x = self.hook_resid_mid_cross(x + crossed if pre else self.norm2(x + crossed))
+        return self.hook_resid_post(mlp_sublayer(self, x, self.norm3 if hasattr(self, "mlp") else None))
+
+
+def split_inputs(
+    x: Tensor, keys: Tensor, heads: int, block: nn.Module, prefix: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One copy of the stream per head, [B, T, H, D], through `hook_{prefix}q_input` (from `x`) and
+    `hook_{prefix}k_input` / `hook_{prefix}v_input` (from `keys`: `x`, or the encoder's output)."""
+
+    def copies(y: Tensor) -> Tensor:
+        return y.unsqueeze(2).expand(-1, -1, heads, -1)
+
+    return (
+        getattr(block, f"hook_{prefix}q_input")(copies(x)),
+        getattr(block, f"hook_{prefix}k_input")(copies(keys)),
+        getattr(block, f"hook_{prefix}v_input")(copies(keys)),
+    )
+
+
+def mlp_sublayer(block: nn.Module, x: Tensor, norm: nn.Module | None) -> Tensor:
+    """The MLP sub-layer of a block whose per-head hook points are attached, its input through
+    `hook_mlp_in` (which only the MLP reads): x + MLP(LN(in)) pre-norm, LN(x + MLP(in)) post-norm.
+    `norm` None: a block without an MLP (x unchanged)."""
+    if norm is None:
+        return x
+    mlp_in = block.hook_mlp_in(x)
+    if block.norm_first:
+        return x + block.hook_mlp_out(block.dropout(block.mlp(norm(mlp_in))))
+    return norm(x + block.hook_mlp_out(block.dropout(block.mlp(mlp_in))))
 
 
 class TransformerEncoder(HookedModule):

@@ -135,6 +135,28 @@ class HookedModule(nn.Module):
             for handle in handles:
                 handle.remove()
 
+    @contextmanager
+    def per_head_hooks(self) -> Iterator["HookedModule"]:
+        """Attach the per-head hook points for the duration of a `with` block (TransformerLens's
+        `use_split_qkv_input` and `use_attn_result`): `blocks.{i}.hook_q_input` / `hook_k_input` /
+        `hook_v_input` [B, T, H, D] (the stream each head reads, before the block's norm),
+        `blocks.{i}.hook_mlp_in`, `blocks.{i}.attn.hook_result` [B, T, H, D] (each head's output in the
+        residual stream) and, in a decoder block, `hook_cross_q_input` / `hook_cross_k_input` /
+        `hook_cross_v_input` and `cross_attn.hook_result`. Outside such a block they do not exist and cost
+        nothing; inside, each is computed only while it is hooked. Nested blocks attach them once."""
+        owners = [m for m in self.modules() if hasattr(m, "per_head_hook_points") and not m.per_head]
+        try:
+            for module in owners:
+                for name, after in module.per_head_hook_points():
+                    _insert_after(module, name, HookPoint(), after)
+                module.per_head = True
+            yield self
+        finally:
+            for module in owners:
+                for name, _ in module.per_head_hook_points():
+                    module._modules.pop(name, None)
+                module.per_head = False
+
     def run_with_hooks(
         self, *inputs: Tensor, fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (), **kwargs: object
     ) -> Tensor:
@@ -167,6 +189,16 @@ class HookedModule(nn.Module):
 
         self.run_with_hooks(*inputs, fwd_hooks=[(_is_pattern, keep)], **kwargs)
         return maps
+
+
+def _insert_after(module: nn.Module, name: str, child: nn.Module, after: str) -> None:
+    """Register `child` as `module.<name>` right after the child `after`, so that `hook_names` (the order
+    modules are registered in) stays the forward order."""
+    children = list(module._modules.items())
+    index = next(i for i, (key, _) in enumerate(children) if key == after) + 1
+    children.insert(index, (name, child))
+    module._modules.clear()
+    module._modules.update(children)
 
 
 def _every_name(name: str) -> bool:
