@@ -225,7 +225,8 @@ def test_page_is_self_contained(encoder_page):
     assert not re.search(r"""(?:src|href|action|poster)\s*=\s*["']?\s*(?:https?:)?//""", page, re.I)
     assert not re.search(r"@import|url\(\s*['\"]?(?:https?:)?//|<link\b|<script[^>]+\bsrc=", page, re.I)
     assert not re.search(r"\bfetch\(|XMLHttpRequest|WebSocket|EventSource|import\(", page)
-    assert page.count("<script") == 2 and page.count("</script>") == 2  # the data and the code, inline
+    # the data, the model's forward pass and the views' code, inline
+    assert page.count("<script") == 3 and page.count("</script>") == 3
     assert "<style>" in page and ".head-chip" in page and "DecompressionStream" in page
     assert "<title>A &lt;test&gt; page</title>" in page
 

@@ -10,7 +10,10 @@ as the task writes it: characters for Tiny Shakespeare, where each next characte
 for the digit tasks, whose output the task knows; `source=` says the same for a sequence-to-sequence
 task). The page (data, JavaScript and CSS inline, nothing fetched from the network) opens from disk in any
 current browser: a head view, a model view of every layer x head, attention rollout and gradient-weighted
-relevance, the head-ablation table, and the top-3 predictions per position; Save PNG downloads the view.
+relevance, the head-ablation table, and the top-3 predictions per position; Save PNG and Save SVG download
+the view. With `live=true` (the default, where the model fits the page's budget) the page also holds the
+model and runs it: edit the input, remove heads, generate, patch activations. Given a run directory whose
+training kept snapshots (checkpoints/snapshots/step_*.ckpt), a step slider shows every view at each.
 See docs/explorer.md.
 """
 
@@ -24,6 +27,8 @@ from transformer_lab.cli import output_file, parse_key_values, pick_device, run
 from transformer_lab.errors import ConfigError, as_config_error, require
 
 if TYPE_CHECKING:
+    import torch
+
     from transformer_lab.checkpoint import Batch, Checkpoint
 
 KEYS = {
@@ -32,6 +37,8 @@ KEYS = {
     "text": 'your own input, e.g. text="ROMEO:" (Shakespeare) or text="3 1 4 1" (digits; a source)',
     "source": 'a sequence-to-sequence task\'s input, e.g. source="3 1 3 9" (reverse, sort)',
     "out": "the HTML file to write (default explorer.html)",
+    "live": "true (default): the model runs in the page where it fits; false: precomputed views only",
+    "weights": "float32 (default) | float16: how a live page stores the weights (float16: half the size)",
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
 }
@@ -43,6 +50,13 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
     given = [key for key in ("index", "text", "source") if key in args]
     require(
         len(given) <= 1, f"pass one of index=, text= or source=, not {' and '.join(k + '=' for k in given)}"
+    )
+    live = args.get("live", "true")
+    require(live in ("true", "false"), f"live={live} is not true or false; use live=true or live=false")
+    weights = args.get("weights", "float32")
+    require(
+        weights in ("float32", "float16"),
+        f"weights={weights} is unknown; use weights=float32 or weights=float16",
     )
     return args
 
@@ -70,24 +84,71 @@ def size_text(num_bytes: int) -> str:
     return f"{num_bytes / 1e6:.1f} MB" if num_bytes >= 100_000 else f"{num_bytes / 1e3:.0f} kB"
 
 
+def snapshot_files(location: str) -> list[Path]:
+    """A run directory's snapshots (`checkpoints/snapshots/step_{step:08d}.ckpt`), in step order."""
+    folder = Path(location) / "checkpoints" / "snapshots"
+    if location.startswith("pretrained:") or not folder.is_dir():
+        return []
+    return sorted(folder.glob("step_*.ckpt"), key=lambda path: _step(path) or 0)
+
+
+def _step(path: Path) -> int | None:
+    digits = path.stem.removeprefix("step_")
+    return int(digits) if digits.isdigit() else None
+
+
+def load_snapshots(files: list[Path], checkpoint: Checkpoint, device: torch.device) -> list:
+    """The snapshots as the explorer's `Snapshot`s, the checkpoint itself among them at its step."""
+    from transformer_lab.checkpoint import load
+    from transformer_lab.explorer import Snapshot
+
+    series = []
+    for file in files:
+        if checkpoint.file is not None and file.resolve() == checkpoint.file.resolve():
+            continue
+        snapshot = load(file, device=device)
+        series.append(Snapshot(_step(file), f"step {_step(file)}", snapshot.model))
+    step = checkpoint.global_step
+    name = checkpoint.file.name if checkpoint.file is not None else "checkpoint"
+    series.append(Snapshot(step if step is not None else -1, f"step {step} ({name})", checkpoint.model))
+    return sorted(series, key=lambda snapshot: snapshot.step)
+
+
 def explore_checkpoint(args: dict[str, str]) -> Path:
     out = output_file(args.get("out", "explorer.html"), "out", "explorer.html")
+    live = args.get("live", "true")
+    weights = args.get("weights", "float32")
     from transformer_lab.checkpoint import load
     from transformer_lab.explorer import explore, write_page
 
-    checkpoint = load(
-        args["ckpt_path"], device=pick_device(args.get("device", "auto")), data_path=args.get("data_path")
-    )
+    device = pick_device(args.get("device", "auto"))
+    location = args["ckpt_path"]
+    snapshots = snapshot_files(location)
+    main_file = location
+    if snapshots and not any(
+        (Path(location) / "checkpoints" / name).is_file() for name in ("best.ckpt", "last.ckpt")
+    ):
+        main_file = str(snapshots[-1])  # a run with snapshots only: open on the last
+    checkpoint = load(main_file, device=device, data_path=args.get("data_path"))
     (inputs, labels), what = model_input(checkpoint, args)
     title = f"{checkpoint.task_name}, {checkpoint.config.arch.replace('_', '-')} model: {what}"
+    series = load_snapshots(snapshots, checkpoint, device) if snapshots and live == "true" else None
     with as_config_error():
-        page = explore(checkpoint, inputs, labels, title=title)
+        page = explore(
+            checkpoint, inputs, labels, title=title, live=live == "true", snapshots=series, weights=weights
+        )
+    if page.live_note:
+        print(f"note: the page shows the precomputed views only: {page.live_note}", file=sys.stderr)
     try:
         write_page(page, out)
     except OSError as exc:
         raise ConfigError(f"cannot write out={out}: {exc.strerror or exc}; choose another out=") from exc
     size = out.stat().st_size
-    print(f"Wrote {out} ({size_text(size)}): open it in a browser ({out.resolve().as_uri()})")
+    kept = f", a step slider over {page.steps} checkpoints" if page.steps > 1 else ""
+    what_page = "live page" if live == "true" and not page.live_note else "page"
+    print(
+        f"Wrote {out} ({size_text(size)}, {what_page}{kept}): open it in a browser ({out.resolve().as_uri()})"
+    )
     return out
 
 

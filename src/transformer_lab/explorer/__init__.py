@@ -9,11 +9,14 @@
 
 The page has a head view (hover a token: lines to the tokens it attends to, one colour per head), a
 model view (every layer x head as a small heatmap), attention rollout and gradient-weighted relevance
-next to the last layer's attention, the head-ablation table, and the model's top-3 predictions per
-position. `python -m transformer_lab.explore ckpt_path=...` does the same from a checkpoint.
+next to the last layer's attention, the head-ablation table, activation patching, and the model's top-3
+predictions per position. A live page (the default where the model fits) also holds the model's weights
+and runs it in the page: edit the input, remove heads, generate, and every view follows.
+`python -m transformer_lab.explore ckpt_path=...` does the same from a checkpoint.
 
 Files, one job each: `collect.py` (the numbers, from the model's hook points), `pack.py` (matrices
-made small), `page.py` (the HTML: page.html + explorer.css + explorer.js + the data, inlined).
+made small), `live.py` (the model packed for the page), `page.py` (the HTML: page.html + explorer.css +
+model.js (the forward pass) + explorer.js (the views) + the data, inlined).
 """
 
 from collections.abc import Sequence
@@ -21,11 +24,41 @@ from collections.abc import Sequence
 from torch import Tensor
 
 from transformer_lab.analysis.arguments import as_model
+from transformer_lab.errors import ConfigError
 from transformer_lab.explorer.collect import ExplorerData, explorer_data
+from transformer_lab.explorer.live import LABEL_RULES, WEIGHT_BUDGET, Snapshot, live_payload
 from transformer_lab.explorer.page import ExplorerPage, render, write_page
 from transformer_lab.nn import TokenModel
 
-__all__ = ["ExplorerData", "ExplorerPage", "explore", "explorer_data", "render", "write_page"]
+__all__ = [
+    "ExplorerData",
+    "ExplorerPage",
+    "Snapshot",
+    "explore",
+    "explorer_data",
+    "render",
+    "write_page",
+]
+REFERENCE_EXAMPLES = 512  # the reference batch of mean ablation: as many test examples as interpret.py's
+
+
+def _task_facts(checkpoint: object) -> dict:
+    """What a loaded checkpoint's task tells the page: how it writes text, its rule for the expected
+    output of an edited input, the source lengths it trains on, and its reference batch."""
+    facts: dict = {}
+    if not hasattr(checkpoint, "tokenizer"):
+        return facts
+    try:
+        facts["separator"] = checkpoint.tokenizer.separator
+        facts["label_rule"] = LABEL_RULES.get(checkpoint.task_name)
+        task = checkpoint.task
+        low, high = getattr(task, "min_seq_len", None), getattr(task, "max_source_len", None)
+        if isinstance(low, int) and isinstance(high, int):
+            facts["trained_lengths"] = (low, high)
+        facts["reference"] = checkpoint.examples(REFERENCE_EXAMPLES, exact=False)[0]
+    except (ConfigError, OSError, ValueError):  # no task record, or its data cannot be read here
+        pass
+    return facts
 
 
 def explore(
@@ -34,6 +67,11 @@ def explore(
     labels: Sequence[int] | Tensor | None = None,
     title: str | None = None,
     ablation: bool = True,
+    live: bool = True,
+    reference: Tensor | tuple[Tensor, ...] | None = None,
+    snapshots: Sequence[Snapshot] | None = None,
+    weights: str = "float32",
+    weight_budget: int = WEIGHT_BUDGET,
 ) -> ExplorerPage:
     """The explorer page for one input of `model` (any model of `transformer_lab.nn`, or a checkpoint
     loaded with `transformer_lab.load`, whose task then names the outputs).
@@ -42,9 +80,47 @@ def explore(
     target; given the source alone, it is explained on the output it writes greedily). labels: the
     expected output at each output position (-100 where none), to mark each prediction right or wrong.
     title: the page's heading. ablation: include the head-ablation table (one forward pass per head).
+    live: put the model in the page (its weights, at most `weight_budget` characters; `weights="float16"`
+    halves them) so that the page runs it; a model over the budget gets the precomputed page with a note
+    saying why (`page.live_note`). reference: the batch whose mean z replaces a head in mean ablation
+    (default: a checkpoint's first 512 test examples, else the input). snapshots: the same model at other
+    training steps, for the page's step slider.
     Returns the HTML as an `ExplorerPage` (a str; `.save(path)` writes it).
     """
     names = getattr(model, "output_names", None)  # a Checkpoint knows its task's class names
+    facts = _task_facts(model) if live else {}
     net = as_model(model)
     data = explorer_data(net, tokens, labels, ablation=ablation, output_names=names)
-    return render(data, title or f"Attention explorer: {net.config.arch} model")
+    heading = title or f"Attention explorer: {net.config.arch} model"
+    if not live:
+        return render(data, heading)
+    inputs = tuple(_batch(x, net) for x in data.inputs)
+    if reference is not None:
+        reference = (reference,) if isinstance(reference, Tensor) else tuple(reference)
+        reference = tuple(_batch(x, net, row=False) for x in reference)
+    section, note = live_payload(
+        net,
+        inputs,
+        labels=data.labels,
+        reference=reference or facts.get("reference") or inputs,
+        snapshots=list(snapshots) if snapshots else None,
+        dtype=weights,
+        budget=weight_budget,
+        separator=facts.get("separator"),
+        label_rule=facts.get("label_rule"),
+        output_names=names,
+        trained_lengths=facts.get("trained_lengths"),
+    )
+    page = render(data, heading, live=section, live_note=note)
+    page.live_note = note
+    page.steps = len(section["series"]["steps"]) if section and section["series"] else 0
+    return page
+
+
+def _batch(x: object, model: TokenModel, row: bool = True) -> Tensor:
+    """Token ids as a LongTensor on the model's device: [1, T] for one row, as given for a batch."""
+    import torch
+
+    device = next(model.parameters()).device
+    tensor = torch.as_tensor(x, dtype=torch.long, device=device)
+    return tensor.reshape(1, -1) if row else tensor

@@ -109,6 +109,8 @@ class ExplorerData:
     prediction_kinds: list[str]  # the kinds whose query rows the predictions are about
     ablation: Ablation | None = None
     notes: list[str] = field(default_factory=list)
+    inputs: list[list[int]] = field(default_factory=list)  # the model inputs shown (token ids)
+    labels: list[int] | None = None  # the expected output per output position (-100: none)
 
 
 def _off_diagonal_max(matrix: Tensor) -> float:
@@ -294,4 +296,6 @@ def explorer_data(
         prediction_kinds=[group for group, layer in layers.items() if layer.queries == last_input],
         ablation=_ablation(model, inputs, predicted, positions.to(predicted.device)) if ablation else None,
         notes=_notes(model),
+        inputs=[x[0].tolist() for x in inputs],
+        labels=labels,
     )

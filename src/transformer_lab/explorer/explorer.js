@@ -1,19 +1,31 @@
-/* The attention explorer: reads the JSON data in the page and draws five views of it.
+/* The attention explorer: reads the JSON data in the page and draws its views; on a live page it also
+ * runs the model (model.js) for whatever input the student types.
  *
  * Data (written by transformer_lab/explorer/page.py): kinds of attention, each with its maps packed as
  * one byte per weight (q / levels * row maximum), deflated and base64-encoded; overlays (rollout,
- * relevance) packed the same way; per-position predictions; the head-ablation table.
+ * relevance) packed the same way; per-position predictions; the head-ablation table. These are the
+ * precomputed first view (drawn at once, from Python's numbers). A live page adds `live`: the model's
+ * structure, config and weights (live.py), the mean of every head's z over the task's examples (mean
+ * ablation), the first input, and the snapshots of a run for the step slider.
  * Views: head view (SVG: tokens in two columns, lines drawn on hover), model view (a <canvas> heatmap
  * per layer x head, drawn from ImageData), looks-vs-uses (labelled canvas heatmaps), head ablation
- * (a table), predictions (a table). A view is drawn the first time it is shown ("lazy").
- * For tests: document.body.dataset.ready = "true" once the first view is drawn, and
- * window.explorerRenderMs = milliseconds from the start of this script to then.
+ * (a table), activation patching (live pages), predictions (a table). A view is drawn when it is shown
+ * and redrawn when the numbers change.
+ * Live: the input box (checked against the vocabulary), heads removed by a click (zero or mean
+ * ablation), generation, the step slider; the state (input, view, layer, removed heads, step) is kept in
+ * the URL fragment. `window.transformerLab` is the page's model as an API (see DESIGN.md):
+ * forward(input, {ablate, ablation}) -> {logits, patterns}, vocab, lastUpdateMs, ...
+ * For tests: document.body.dataset.ready = "true" once the first view is drawn (window.explorerRenderMs:
+ * milliseconds from the start of this script; explorerLoadMs: from the start of navigation), and
+ * document.body.dataset.live = "true" once the model is decoded ("none": a precomputed page).
  */
 "use strict";
 (function () {
   const START = performance.now();
   const SVG_NS = "http://www.w3.org/2000/svg";
   const DATA = JSON.parse(document.getElementById("explorer-data").textContent);
+  const LIVE = DATA.live || null;
+  const TL = typeof TransformerLabModel !== "undefined" ? TransformerLabModel : null;
   const $ = (id) => document.getElementById(id);
   const timings = {};
   window.explorerTimings = timings;
@@ -45,6 +57,7 @@
 
   const pct = (p) => (p >= 0.995 ? "100%" : p < 0.001 ? "<0.1%" : (100 * p).toFixed(p < 0.1 ? 1 : 0) + "%");
   const fmt = (v) => (v === 0 ? "0" : Math.abs(v) >= 0.01 ? v.toFixed(3) : v.toExponential(1));
+  const message = (error) => (error && error.message ? error.message : String(error));
 
   // Colour maps: 256 RGB entries interpolated between a few stops (ColorBrewer's sequential scales).
   function lut(stops) {
@@ -108,6 +121,37 @@
     }
   }
 
+  /** The same interface over exact numbers (what the page's own forward pass computes). */
+  class FloatStack {
+    constructor(shape, data) {
+      this.shape = shape;
+      this.R = shape[shape.length - 2];
+      this.C = shape[shape.length - 1];
+      this.data = data;
+      this.count = data.length / (this.R * this.C);
+      this.rowMaxes = new Float32Array(this.count * this.R);
+      for (let i = 0; i < this.rowMaxes.length; i++) {
+        let best = 0;
+        for (let c = 0; c < this.C; c++) best = Math.max(best, data[i * this.C + c]);
+        this.rowMaxes[i] = best;
+      }
+    }
+    value(m, r, c) {
+      return this.data[(m * this.R + r) * this.C + c];
+    }
+    max(m) {
+      let best = 0;
+      for (let r = 0; r < this.R; r++) best = Math.max(best, this.rowMaxes[m * this.R + r]);
+      return best;
+    }
+    rowMax(m, r) {
+      return this.rowMaxes[m * this.R + r];
+    }
+    matrix(m) {
+      return { R: this.R, C: this.C, get: (r, c) => this.value(m, r, c), max: this.max(m) };
+    }
+  }
+
   async function unpack(packed) {
     const [q, scaleBytes] = await Promise.all([inflate(packed.q), inflate(packed.scale)]);
     return new Stack(packed.shape, packed.levels, q, new Float32Array(scaleBytes.buffer, scaleBytes.byteOffset, scaleBytes.length / 4));
@@ -116,22 +160,34 @@
   // ----------------------------------------------------------------------------------- state
   const state = {
     view: "head",
-    kind: 0, // index into DATA.kinds
+    kind: 0, // index into kinds
     layer: 0,
-    heads: [], // on / off per head
+    heads: [], // shown / hidden per head (head view)
     threshold: 0.05,
     shade: "",
     selected: null, // {side: "query" | "key", index}
     enlarged: { layer: 0, head: 0 },
     colour: "row", // model view colour scale: row | map | absolute
   };
-  const drawn = {}; // view -> whether it is drawn for the current kind
+  const drawn = {}; // view -> whether it is drawn for the current numbers
   const HEADS = DATA.summary.heads;
-  let kinds = []; // DATA.kinds with .stack (decoded maps)
-  let overlays = []; // DATA.overlays.items with .stack
+  // What the views draw: the precomputed numbers first, the page's own once the input or the model
+  // changes. kinds: DATA.kinds with .stack (the maps); overlays: rollout and relevance with .stack.
+  let kinds = [];
+  let overlays = [];
+  const current = {
+    predictions: DATA.predictions, // {kinds, reads_title, rows}
+    ablation: DATA.ablation, // the head-ablation table, and what it was computed for
+    ablationNote: "",
+    overlayRows: DATA.overlays.rows,
+    overlayCols: DATA.overlays.cols,
+    input: DATA.summary.input,
+    output: DATA.summary.output,
+    relevanceStale: false,
+  };
   const kind = () => kinds[state.kind];
   const mapIndex = (layer, head) => layer * HEADS + head;
-  const predictionsAlign = () => DATA.predictions.kinds.includes(kind().name);
+  const predictionsAlign = () => current.predictions.kinds.includes(kind().name);
   const overlaysAlign = () => DATA.overlays.kind === kind().name;
 
   // --------------------------------------------------------------------------- tooltip
@@ -303,18 +359,32 @@
   }
 
   // ------------------------------------------------------------------------------- header
+  const joinTokens = (tokens) => tokens.map((t) => (DATA.summary.join === "" && t !== " " ? shown(t) : t)).join(DATA.summary.join);
+
   function drawHeader() {
     const s = DATA.summary;
     $("title").textContent = DATA.title;
     const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+    const levels = kinds[0] && kinds[0].stack.levels;
     $("summary").textContent =
       `${s.architecture} model · ${s.shape} · ` +
-      `${s.parameters.toLocaleString("en")} parameters · ${plural(s.input.length, "input token")}. ` + DATA.notes.join(" ") +
-      (kinds[0].stack.levels < 255 ? ` Attention weights are stored to 1/${kinds[0].stack.levels} of each row's largest (thinned to keep the file small).` : "");
+      `${s.parameters.toLocaleString("en")} parameters · ${plural(current.input.length, "input token")}. ` + DATA.notes.join(" ") +
+      (levels && levels < 255 ? ` Attention weights are stored to 1/${levels} of each row's largest (thinned to keep the file small).` : "");
     const io = $("io");
     // characters as the text they are (newlines and tabs made visible), other tokens apart
-    const sep = (tokens) => tokens.map((t) => (s.join === "" && t !== " " ? shown(t) : t)).join(s.join);
-    io.replaceChildren(el("b", { text: "input  " }), sep(s.input), el("br"), el("b", { text: "output " }), sep(s.output));
+    const parts = [el("b", { text: "input  " }), joinTokens(current.input), el("br"), el("b", { text: "output " }), joinTokens(current.output)];
+    if (live && live.generated) parts.push(el("br"), el("b", { text: "writes " }), joinTokens(live.generated));
+    io.replaceChildren(...parts);
+  }
+
+  /** The text that names a figure: the model, then the input (saved images carry both). */
+  function figureTitle() {
+    const s = DATA.summary;
+    const text = joinTokens(current.input);
+    const input = text.length > 110 ? text.slice(0, 107) + "..." : text;
+    const step = live && live.series ? `, ${live.series.labels[live.step]}` : "";
+    const removed = live && live.removed.size ? `; heads removed (${live.method}): ${removedLabels().join(", ")}` : "";
+    return [`${DATA.title} (${s.architecture}, ${s.shape}${step})`, `input: ${input}${removed}`];
   }
 
   // ---------------------------------------------------------------------------- head view
@@ -327,7 +397,7 @@
     const k = kind();
     const layerSelect = $("layer-select");
     layerSelect.replaceChildren(...Array.from({ length: k.stack.shape[0] }, (_, l) => el("option", { value: l, text: `${l}` })));
-    state.layer = Math.min(state.layer, k.stack.shape[0] - 1);
+    state.layer = Math.max(0, Math.min(state.layer, k.stack.shape[0] - 1));
     layerSelect.value = state.layer;
     const chips = $("head-chips");
     chips.replaceChildren(
@@ -336,6 +406,34 @@
       )
     );
     $("shade-control").hidden = !overlaysAlign();
+  }
+
+  /** The query whose attention in `layer` is sharpest: the largest mean over heads of 1 - H / log n
+   *  (H the row's entropy, n the keys it can see; a causal query sees itself and earlier tokens, so
+   *  the first, which sees only itself, is never chosen). The first view opens there. */
+  function sharpestQuery(k, layer) {
+    const stack = k.stack;
+    const causal = k.name === "decoder" || (k.name === "self" && DATA.summary.causal);
+    let best = 0;
+    let bestScore = -Infinity;
+    for (let r = 0; r < stack.R; r++) {
+      const visible = causal ? Math.min(r + 1, stack.C) : stack.C;
+      if (visible < 2) continue;
+      let score = 0;
+      for (let h = 0; h < HEADS; h++) {
+        let entropy = 0;
+        for (let c = 0; c < stack.C; c++) {
+          const a = stack.value(mapIndex(layer, h), r, c);
+          if (a > 0) entropy -= a * Math.log(a);
+        }
+        score += 1 - entropy / Math.log(visible);
+      }
+      if (score > bestScore + 1e-9) {
+        bestScore = score;
+        best = r;
+      }
+    }
+    return best;
   }
 
   function drawHeadView() {
@@ -451,12 +549,14 @@
     head.lines.dataset.count = count;
     if (sel.side === "query" && state.shade && overlaysAlign()) {
       const o = overlays.find((item) => item.name === state.shade);
-      const max = o.stack.rowMax(0, sel.index) || 1;
-      head.groups.key.forEach((g, c) => {
-        const t = o.stack.value(0, sel.index, c) / max;
-        g.firstChild.setAttribute("fill", rgb(CMAPS[o.name], 0.85 * t));
-        g.querySelector(".hv-label").setAttribute("fill", t > 0.6 ? "#ffffff" : "#1f2328");
-      });
+      if (o && o.stack && sel.index < o.stack.R) {
+        const max = o.stack.rowMax(0, sel.index) || 1;
+        head.groups.key.forEach((g, c) => {
+          const t = o.stack.value(0, sel.index, c) / max;
+          g.firstChild.setAttribute("fill", rgb(CMAPS[o.name], 0.85 * t));
+          g.querySelector(".hv-label").setAttribute("fill", t > 0.6 ? "#ffffff" : "#1f2328");
+        });
+      }
     }
     describeSelection(count);
   }
@@ -474,8 +574,8 @@
     }
     const parts = [`Query ${sel.index} `, token(k.rows[sel.index]), `: ${count} line${count === 1 ? "" : "s"} above ${state.threshold} in layer ${state.layer} (${on} heads on).`];
     if (predictionsAlign()) {
-      const p = DATA.predictions.rows[sel.index];
-      if (p) {
+      const p = current.predictions.rows[sel.index];
+      if (p && p.top.length) {
         parts.push(" Predicts ", token(p.top[0][0]), ` ${pct(p.top[0][1])}`);
         if (p.label !== null) parts.push(", expected ", token(p.label), p.correct ? " ✓" : " ✗");
         parts.push(".");
@@ -504,10 +604,12 @@
       if (state.selected && state.selected.side === side && state.selected.index === index) return;
       state.selected = { side, index };
       drawLines();
+      saveFragment();
     });
     $("layer-select").addEventListener("change", (event) => {
       state.layer = Number(event.target.value);
       drawLines();
+      saveFragment();
     });
     $("head-chips").addEventListener("click", (event) => {
       const chip = event.target.closest(".head-chip");
@@ -548,6 +650,7 @@
     for (let h = 0; h < HEADS; h++) cells.push(el("span", { class: "axis", style: { color: headColour(h) }, text: `head ${h}` }));
     const { R, C } = stack;
     const aspect = R / C;
+    const removed = removedInKind(k);
     for (let l = 0; l < layers; l++) {
       cells.push(el("span", { class: "axis", text: `layer ${l}` }));
       for (let h = 0; h < HEADS; h++) {
@@ -556,6 +659,10 @@
         canvas.style.height = `${aspect > 1 ? thumb : Math.round(thumb * aspect)}px`;
         paintThumb(canvas, stack, mapIndex(l, h), state.colour);
         if (l === state.enlarged.layer && h === state.enlarged.head) canvas.classList.add("selected");
+        if (removed.has(`${l}:${h}`)) {
+          canvas.classList.add("removed");
+          canvas.title += " (removed)";
+        }
         cells.push(canvas);
       }
     }
@@ -581,11 +688,12 @@
     const data = image.data;
     const top = colourTop(stack, m, mode);
     for (let r = 0; r < R; r++) {
-      // 255 * value / top = q * factor
-      const factor = (255 * stack.scale[m * R + r]) / (stack.levels * top(r));
       const base = (m * R + r) * C;
+      const t = top(r);
       for (let c = 0; c < C; c++) {
-        const i = 3 * Math.round(stack.q[base + c] * factor);
+        // packed maps: 255 * value / top = q * factor; exact maps: the value itself
+        const v = stack.q ? stack.q[base + c] * ((255 * stack.scale[m * R + r]) / (stack.levels * t)) : (255 * stack.data[base + c]) / t;
+        const i = 3 * Math.max(0, Math.min(255, Math.round(v)));
         const o = 4 * (r * C + c);
         data[o] = map[i];
         data[o + 1] = map[i + 1];
@@ -600,14 +708,15 @@
     const k = kind();
     const { layer, head: h } = state.enlarged;
     const canvas = $("enlarged");
-    const m = mapIndex(layer, h);
+    if (layer >= k.stack.shape[0]) state.enlarged = { layer: 0, head: 0 };
+    const m = mapIndex(state.enlarged.layer, state.enlarged.head);
     const matrix = k.stack.matrix(m);
     const top = colourTop(k.stack, m, state.colour);
     const shade = { R: matrix.R, C: matrix.C, get: (r, c) => matrix.get(r, c) / top(r) };
     const geometry = drawMatrix(canvas, shade, {
       rows: k.rows,
       cols: k.cols,
-      title: `${k.title}: layer ${layer}, head ${h}`,
+      title: `${k.title}: layer ${state.enlarged.layer}, head ${state.enlarged.head}`,
       xlabel: k.col_axis,
       ylabel: k.row_axis,
       cmap: CMAPS.attention,
@@ -656,19 +765,20 @@
     const t0 = performance.now();
     const container = $("overlay-panels");
     container.replaceChildren();
-    const rows = DATA.overlays.rows;
-    const cols = DATA.overlays.cols;
-    const reads = DATA.predictions.rows.map((p) => p.reads);
+    const rows = current.overlayRows;
+    const cols = current.overlayCols;
+    const reads = current.predictions.rows.map((p) => p.reads);
     const mean = lastLayerMean();
     const panels = [
       { name: "attention", title: `Looks: ${mean.title}, layer ${mean.layer}, mean of heads`, matrix: mean, vmax: mean.max, legend: "attention weight" },
       ...overlays.map((o) => ({
         name: o.name,
-        title: `Uses: ${o.title}`,
-        matrix: o.stack.matrix(0),
-        vmax: o.vmax || o.stack.max(0),
+        title: `Uses: ${o.title}` + (o.stale ? " (for the page's first input: computed in Python)" : ""),
+        matrix: o.stale ? blankMatrix(rows.length, cols.length) : o.stack.matrix(0),
+        vmax: o.stale ? 1 : o.vmax || o.stack.max(0),
         legend: "share of the output",
         capped: Boolean(o.vmax),
+        stale: o.stale,
       })),
     ];
     // three panels side by side on a laptop screen: each is its cells plus ~160 px of labels and legend
@@ -689,32 +799,42 @@
         capped: panel.capped,
       });
       hoverCells(canvas, geometry, (r, c) =>
-        `output ${r} (reads ${shown(reads[r])}, predicts ${shown(rows[r])})\n← input ${c} ${shown(cols[c])}: ${panel.matrix.get(r, c).toFixed(3)}`
+        panel.stale
+          ? "Gradient-weighted relevance needs gradients: the page shows it for the input it was made with. Rerun explore for this input."
+          : `output ${r} (reads ${shown(reads[r] || "")}, predicts ${shown(rows[r])})\n← input ${c} ${shown(cols[c])}: ${panel.matrix.get(r, c).toFixed(3)}`
       );
     }
     timings.overlays = performance.now() - t0;
   }
 
+  const blankMatrix = (R, C) => ({ R, C, get: () => 0, max: 0 });
+
   // ----------------------------------------------------------------------------- ablation
   function ablationMatrix() {
-    const a = DATA.ablation;
+    const a = current.ablation;
     const vmax = Math.max(1e-6, ...a.drops.flat().map(Math.abs));
     return { R: a.drops.length, C: HEADS, get: (r, c) => a.drops[r][c], vmax };
   }
 
   function drawAblationView() {
-    const a = DATA.ablation;
+    const a = current.ablation;
     const table = $("ablation-table");
+    $("ablation-recompute").hidden = !live;
     if (!a) {
-      $("ablation-caption").textContent = "The head-ablation table was not computed for this page (ablation=False).";
+      $("ablation-caption").textContent = "The head-ablation table was not computed for this page (ablation=False)." +
+        (live ? " Recompute it for the current input:" : "");
       table.replaceChildren();
+      $("ablation-legend").replaceChildren();
       return;
     }
     const m = ablationMatrix();
-    $("ablation-caption").textContent =
-      `Without ablation the predictions have a mean log-probability of ${a.baseline.toFixed(3)} ` +
+    const method = a.method === "mean" ? "replaced by its mean over the task's examples" : "set to zero";
+    $("ablation-caption").replaceChildren(
+      `One head's output z ${method}: without ablation the predictions have a mean log-probability of ${a.baseline.toFixed(3)} ` +
       `(geometric mean probability ${pct(Math.exp(a.baseline))}) over ${a.positions} positions. ` +
-      `Largest drop: ${fmt(Math.max(...a.drops.flat()))}.`;
+      `Largest drop: ${fmt(Math.max(...a.drops.flat()))}.`,
+      ...(current.ablationNote ? [" ", el("span", { class: "stale", text: current.ablationNote })] : [])
+    );
     const kindTitle = Object.fromEntries(kinds.map((k) => [k.name, k.title]));
     const headRow = el("tr", {}, el("th", { text: "layer" }), ...Array.from({ length: HEADS }, (_, h) => el("th", { style: { color: headColour(h) }, text: `head ${h}` })));
     const body = a.drops.map((row, i) =>
@@ -743,7 +863,7 @@
     $("ablation-table").addEventListener("click", (event) => {
       const cell = event.target.closest(".ablation-cell");
       if (!cell) return;
-      const a = DATA.ablation;
+      const a = current.ablation;
       const i = Number(cell.dataset.row);
       const k = kinds.findIndex((item) => item.name === a.kinds[i]);
       if (k < 0) return;
@@ -754,17 +874,18 @@
       drawLines();
       show("head");
     });
+    $("ablation-recompute").addEventListener("click", () => recomputeAblation().catch(fail));
   }
 
   // -------------------------------------------------------------------------- predictions
   function drawPredictionsView() {
-    const rows = DATA.predictions.rows;
+    const rows = current.predictions.rows;
     const labelled = rows.filter((p) => p.label !== null);
     const right = labelled.filter((p) => p.correct).length;
     $("prediction-summary").textContent = labelled.length
       ? `${right} of ${labelled.length} predictions with a known label are right (${pct(right / labelled.length)}).`
       : "No expected output is known for this input: the predictions are shown without right or wrong.";
-    const readsTitle = DATA.predictions.reads_title;
+    const readsTitle = current.predictions.reads_title;
     const header = el("tr", {}, ...["pos", readsTitle, "1st", "2nd", "3rd", "expected", ""].map((t) => el("th", { text: t })));
     const prob = (entry) =>
       entry
@@ -786,7 +907,7 @@
     $("prediction-table").replaceChildren(el("table", {}, el("thead", {}, header), el("tbody", {}, ...body)));
   }
 
-  // ---------------------------------------------------------------------------- PNG export
+  // ------------------------------------------------------------------------ PNG and SVG export
   function canvasOf(width, height) {
     const canvas = document.createElement("canvas");
     canvas.width = Math.ceil(width);
@@ -809,6 +930,16 @@
     return y + 22 + 16 * (lines.length - 1) + 6;
   }
 
+  /** The head view's own lines: what is selected, at which threshold, and the head legend. */
+  function headViewCaption() {
+    const k = kind();
+    const sel = state.selected;
+    return [
+      `${k.title}, layer ${state.layer}`,
+      sel ? `${sel.side} ${sel.index} ${shown(sel.side === "query" ? k.rows[sel.index] : k.cols[sel.index])}: lines to the tokens with attention above ${state.threshold}; width = weight` : "no token selected",
+    ];
+  }
+
   async function headViewImage() {
     const root = $("head-svg");
     const xml = new XMLSerializer().serializeToString(root);
@@ -817,14 +948,8 @@
     await image.decode();
     const w = Number(root.getAttribute("width"));
     const h = Number(root.getAttribute("height"));
-    const k = kind();
-    const sel = state.selected;
-    const lines = [
-      `${DATA.title}: ${k.title}, layer ${state.layer}`,
-      sel ? `${sel.side} ${sel.index} ${shown(sel.side === "query" ? k.rows[sel.index] : k.cols[sel.index])}: lines to the tokens with attention above ${state.threshold}; width = weight` : "no token selected",
-    ];
     const { canvas, ctx } = canvasOf(Math.max(w, 520) + 20, h + 90);
-    let y = titleLines(ctx, lines, 10, 8);
+    let y = titleLines(ctx, headViewCaption(), 10, 8);
     ctx.font = "12px ui-monospace, monospace";
     let x = 10;
     state.heads.forEach((on, hd) => {
@@ -847,7 +972,7 @@
     const w = size * (stack.C >= stack.R ? 1 : stack.C / stack.R);
     const h = size * (stack.R >= stack.C ? 1 : stack.R / stack.C);
     const { canvas, ctx } = canvasOf(70 + HEADS * (w + 6) + 10, 70 + layers * (h + 6) + 10);
-    titleLines(ctx, [`${DATA.title}: ${k.title}, every layer × head`, "row = query token, column = key token; darker = more attention (each map to its own max)"], 10, 6);
+    titleLines(ctx, [`${k.title}, every layer × head`, "row = query token, column = key token; darker = more attention (each map to its own max)"], 10, 6);
     ctx.imageSmoothingEnabled = false;
     ctx.font = "12px ui-monospace, monospace";
     const thumbs = $("model-grid").querySelectorAll(".heatmap");
@@ -888,7 +1013,7 @@
   }
 
   function ablationImage() {
-    const a = DATA.ablation;
+    const a = current.ablation;
     const canvas = document.createElement("canvas");
     if (!a) {
       const { canvas: empty, ctx } = canvasOf(420, 40);
@@ -899,7 +1024,7 @@
     drawMatrix(canvas, m, {
       rows: a.labels,
       cols: Array.from({ length: HEADS }, (_, h) => `H${h}`),
-      title: `${DATA.title}: drop of the predictions' mean log-probability, one head zero-ablated`,
+      title: `Drop of the predictions' mean log-probability, one head ${a.method === "mean" ? "mean" : "zero"}-ablated`,
       xlabel: "head",
       ylabel: "attention layer",
       cmap: CMAPS.ablation,
@@ -914,9 +1039,9 @@
   }
 
   function predictionsImage() {
-    const rows = DATA.predictions.rows;
+    const rows = current.predictions.rows;
     const { canvas, ctx } = canvasOf(720, 70 + 18 * (rows.length + 1));
-    titleLines(ctx, [`${DATA.title}: predictions`, $("prediction-summary").textContent], 10, 6);
+    titleLines(ctx, ["Predictions", $("prediction-summary").textContent], 10, 6);
     const columns = [10, 60, 150, 330, 500, 640];
     ctx.font = "bold 12px system-ui, sans-serif";
     ["pos", "reads", "1st", "2nd", "3rd", "expected"].forEach((t, i) => ctx.fillText(t, columns[i], 50));
@@ -931,6 +1056,7 @@
     return canvas;
   }
 
+  /** The current view as a canvas, without the figure's title. */
   async function viewImage() {
     switch (state.view) {
       case "head":
@@ -939,6 +1065,13 @@
         return modelViewImage();
       case "overlays":
         return stackImages([...$("overlay-panels").querySelectorAll("canvas")]);
+      case "patching": {
+        const parts = [...$("patch-panels").querySelectorAll("canvas")];
+        if (parts.length) return stackImages(parts);
+        const { canvas, ctx } = canvasOf(520, 40);
+        titleLines(ctx, ["No patching result yet: click a token to corrupt it"], 10, 10);
+        return canvas;
+      }
       case "ablation":
         return ablationImage();
       default:
@@ -946,15 +1079,78 @@
     }
   }
 
-  async function savePng() {
-    const canvas = await viewImage();
-    const blob = await new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
-    const link = el("a", { href: URL.createObjectURL(blob), download: `attention-${state.view}-view.png` });
+  const TITLE_H = 50; // the figure title's two lines (model, input) above every saved view
+
+  /** The view with its title on top: model (name, architecture, shape, step) and input. */
+  function titled(image) {
+    const lines = figureTitle();
+    const { canvas, ctx } = canvasOf(Math.max(image.width, 10 + Math.max(...lines.map((l) => textWidth(l, "bold 15px system-ui, sans-serif")))), image.height + TITLE_H);
+    titleLines(ctx, lines, 10, 8);
+    ctx.drawImage(image, 0, TITLE_H);
+    return canvas;
+  }
+
+  function download(blob, name) {
+    const link = el("a", { href: URL.createObjectURL(blob), download: name });
     document.body.append(link);
     link.click();
     link.remove();
     setTimeout(() => URL.revokeObjectURL(link.href), 60000);
-    window.explorerLastPng = { bytes: blob.size, width: canvas.width, height: canvas.height };
+  }
+
+  async function savePng() {
+    const canvas = titled(await viewImage());
+    const blob = await new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+    download(blob, `attention-${state.view}-view.png`);
+    window.explorerLastPng = { bytes: blob.size, width: canvas.width, height: canvas.height, title: figureTitle() };
+  }
+
+  const escapeXml = (text) => String(text).replace(/[<>&"]/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;" })[c]);
+
+  /** The current view as an SVG figure: the title as text; the head view as the vector drawing it is
+   *  (lines, tokens, head legend); the other views as their image inside the SVG, as a plotting
+   *  library embeds a heatmap. */
+  async function saveSvg() {
+    const lines = figureTitle();
+    const parts = [];
+    let width;
+    let height;
+    const text = (x, y, value, attrs) => `<text x="${x}" y="${y}" ${attrs}>${escapeXml(value)}</text>`;
+    if (state.view === "head") {
+      const root = $("head-svg");
+      const w = Number(root.getAttribute("width"));
+      const h = Number(root.getAttribute("height"));
+      const caption = headViewCaption();
+      parts.push(text(10, TITLE_H + 14, caption[0], 'font-family="system-ui, sans-serif" font-size="13" font-weight="bold" fill="#1f2328"'));
+      parts.push(text(10, TITLE_H + 30, caption[1], 'font-family="system-ui, sans-serif" font-size="12" fill="#59636e"'));
+      state.heads.forEach((on, hd) => {
+        const x = 10 + 46 * hd;
+        parts.push(`<rect x="${x}" y="${TITLE_H + 38}" width="12" height="10" fill="${on ? headColour(hd) : "#d1d9e0"}"/>`);
+        parts.push(text(x + 15, TITLE_H + 47, `H${hd}`, 'font-family="ui-monospace, monospace" font-size="12" fill="#1f2328"'));
+      });
+      const inner = new XMLSerializer().serializeToString(root).replace(/^<svg[^>]*>/, "").replace(/<\/svg>\s*$/, "");
+      parts.push(`<g transform="translate(10, ${TITLE_H + 56})">${inner}</g>`);
+      width = Math.max(w + 20, 520);
+      height = TITLE_H + 56 + h + 10;
+    } else {
+      const image = await viewImage();
+      const url = image.toDataURL("image/png");
+      const dpr = Math.max(1, window.devicePixelRatio || 1);
+      width = image.width / dpr;
+      height = TITLE_H + image.height / dpr;
+      parts.push(`<image x="0" y="${TITLE_H}" width="${width}" height="${image.height / dpr}" href="${url}"/>`);
+    }
+    width = Math.max(width, 10 + Math.max(...lines.map((l) => textWidth(l, "bold 15px system-ui, sans-serif"))));
+    const head = [
+      `<rect x="0" y="0" width="${width}" height="${height}" fill="#ffffff"/>`,
+      `<title>${escapeXml(lines.join(" — "))}</title>`,
+      text(10, 22, lines[0], 'font-family="system-ui, sans-serif" font-size="15" font-weight="bold" fill="#1f2328"'),
+      text(10, 40, lines[1], 'font-family="system-ui, sans-serif" font-size="12" fill="#59636e"'),
+    ];
+    const doc = `<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="${SVG_NS}" width="${Math.ceil(width)}" height="${Math.ceil(height)}" viewBox="0 0 ${Math.ceil(width)} ${Math.ceil(height)}">${head.join("")}${parts.join("")}</svg>\n`;
+    const blob = new Blob([doc], { type: "image/svg+xml" });
+    download(blob, `attention-${state.view}-view.svg`);
+    window.explorerLastSvg = { bytes: blob.size, width, height, title: lines };
   }
 
   // -------------------------------------------------------------------------- views, kinds
@@ -966,11 +1162,13 @@
     model: drawModelView,
     overlays: drawOverlaysView,
     ablation: drawAblationView,
+    patching: drawPatchingView,
     predictions: drawPredictionsView,
   };
   const KIND_VIEWS = ["head", "model"]; // the views that show one kind of attention
 
   function show(view) {
+    if (!DRAW[view] || (view === "patching" && !live)) view = "head";
     state.view = view;
     for (const tab of document.querySelectorAll(".tab")) tab.setAttribute("aria-selected", tab.dataset.view === view);
     for (const section of document.querySelectorAll(".view")) section.hidden = section.dataset.view !== view;
@@ -979,6 +1177,7 @@
       DRAW[view]();
       drawn[view] = true;
     }
+    saveFragment();
   }
 
   function setKind(index) {
@@ -990,6 +1189,15 @@
     DRAW.head();
     drawn.head = true;
     if (state.view === "model") show("model");
+    saveFragment();
+  }
+
+  /** The numbers changed (a new input, heads removed, another step): redraw what is shown, the rest
+   *  when it is next shown. */
+  function redraw() {
+    for (const view of Object.keys(DRAW)) drawn[view] = false;
+    drawHeader();
+    show(state.view);
   }
 
   function bind() {
@@ -998,6 +1206,7 @@
     select.replaceChildren(...kinds.map((k, i) => el("option", { value: i, text: k.title })));
     select.addEventListener("change", () => setKind(Number(select.value)));
     $("save-png").addEventListener("click", () => savePng().catch(fail));
+    $("save-svg").addEventListener("click", () => saveSvg().catch(fail));
     bindHeadView();
     bindModelView();
     bindAblationView();
@@ -1006,9 +1215,803 @@
   function fail(error) {
     const box = $("error");
     box.hidden = false;
-    box.textContent = `The explorer could not draw this page: ${error && error.message ? error.message : error}`;
+    box.textContent = `The explorer could not draw this page: ${message(error)}`;
     console.error(error);
   }
+
+  // ================================================================================== the live page
+  // live: the page's own model. engine runs it (here, or in a Web Worker for large models); update()
+  // turns the input box into model inputs, runs them and rebuilds what the views draw.
+  let live = null;
+
+  /** Removed heads as "layer:head" keys of the attention layers in `interventions` order. */
+  const removedPairs = () => [...live.removed].map((key) => key.split(":").map(Number));
+  const removedLabels = () => removedPairs().map(([l, h]) => `${LIVE.spec.layers[l].label}H${h}`);
+
+  /** The removed heads of one kind, as "layer-within-kind:head" keys (the model view marks them). */
+  function removedInKind(k) {
+    const out = new Set();
+    if (!live) return out;
+    const layers = LIVE.spec.layers.map((layer, i) => ({ ...layer, i })).filter((layer) => layer.group === k.name);
+    for (const [l, h] of removedPairs()) {
+      const within = layers.findIndex((layer) => layer.i === l);
+      if (within >= 0) out.add(`${within}:${h}`);
+    }
+    return out;
+  }
+
+  /** Where the page runs the model for its views: on the page's thread (small models: a few ms), or
+   *  in a Web Worker (large ones), so that typing never freezes the page. Either way `view(request)`
+   *  returns a Promise of the run. The API's forward() always runs here, synchronously. */
+  class Engine {
+    constructor(useWorker) {
+      this.models = []; // decoded models per step (the page's thread)
+      this.runners = [];
+      this.worker = null;
+      this.pending = new Map();
+      this.nextId = 1;
+      this.sent = new Set();
+      if (useWorker) {
+        try {
+          const source = $("model-js").textContent;
+          const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+          this.worker = new Worker(url);
+          this.worker.onmessage = (event) => {
+            const { id, result, error } = event.data;
+            const waiting = this.pending.get(id);
+            if (!waiting) return;
+            this.pending.delete(id);
+            if (error) waiting.reject(new Error(error));
+            else waiting.resolve(result);
+          };
+          this.worker.onerror = (event) => {
+            console.warn("the explorer's worker failed; running on the page instead", event.message);
+            this.worker = null;
+            for (const waiting of this.pending.values()) waiting.reject(new Error("worker failed"));
+            this.pending.clear();
+          };
+        } catch (error) {
+          this.worker = null; // a browser that refuses workers from a file: the page's thread it is
+        }
+      }
+    }
+
+    /** The model of step `index` (decoded once): its weights, and its means for mean ablation. */
+    async model(index) {
+      if (this.models[index]) return this.models[index];
+      const series = LIVE.series;
+      const weights = (series && series.weights[index]) || LIVE.weights;
+      const meansPacked = series ? (series.weights[index] ? series.means[index] : LIVE.means) : LIVE.means;
+      const bytes = await inflate(weights.data);
+      const meanBytes = meansPacked ? await inflate(meansPacked.data) : null;
+      const tensors = TL.tensors(bytes, weights.manifest, weights.dtype);
+      const means = meanBytes ? TL.tensors(meanBytes, meansPacked.manifest, "float32") : {};
+      const model = new TL.Model(LIVE.spec, tensors, means);
+      this.models[index] = model;
+      this.runners[index] = new TL.Runner(model);
+      if (this.worker) {
+        this.worker.postMessage({
+          type: "model", index, spec: LIVE.spec, weights: bytes.slice().buffer, manifest: weights.manifest, dtype: weights.dtype,
+          means: meanBytes ? meanBytes.slice().buffer : null, meansManifest: meansPacked ? meansPacked.manifest : null,
+        });
+      }
+      return model;
+    }
+
+    async view(index, request) {
+      await this.model(index);
+      if (!this.worker) return TL.viewRun(this.models[index], this.runners[index], request);
+      const id = this.nextId++;
+      return new Promise((resolve, reject) => {
+        this.pending.set(id, { resolve, reject });
+        this.worker.postMessage({ type: "view", id, index, request });
+      }).catch((error) => {
+        if (this.worker) throw error;
+        return TL.viewRun(this.models[index], this.runners[index], request); // the worker died: run here
+      });
+    }
+  }
+
+  /** Multiply-adds of one forward pass over T positions (to choose between the page and a worker). */
+  function cost(T) {
+    const c = LIVE.spec.config;
+    const D = c.model_dim;
+    const perLayer = T * (4 * D * D + 2 * D * c.feedforward_dim) + 2 * T * T * D;
+    return LIVE.spec.stacks.length * c.num_layers * perLayer + T * D * c.output_classes;
+  }
+  const WORKER_COST = 1e8; // ~0.1 s of JavaScript: above it, the views' runs go to a worker
+
+  // ------------------------------------------------------------------------------- the input box
+  /** The box's text as tokens, as the task writes text: characters (separator ""), or tokens apart.
+   *  Returns {ids, bad: [{start, end, token}], spans: [[start, end]] per token}. */
+  function tokenize(text) {
+    const index = live.index;
+    const ids = [];
+    const bad = [];
+    const spans = [];
+    if (LIVE.input.separator === "") {
+      for (let i = 0; i < text.length; ) {
+        const ch = String.fromCodePoint(text.codePointAt(i));
+        const id = index.get(ch);
+        if (id === undefined) bad.push({ start: i, end: i + ch.length, token: ch });
+        else ids.push(id);
+        spans.push([i, i + ch.length]);
+        i += ch.length;
+      }
+    } else {
+      const re = /\S+/g;
+      let match;
+      while ((match = re.exec(text)) !== null) {
+        const id = index.get(match[0]);
+        if (id === undefined) bad.push({ start: match.index, end: match.index + match[0].length, token: match[0] });
+        else ids.push(id);
+        spans.push([match.index, match.index + match[0].length]);
+      }
+    }
+    return { ids, bad, spans };
+  }
+
+  /** The box's problems, in one message naming the value and what to do; marks in the box. */
+  function checkInput(text) {
+    const parsed = tokenize(text);
+    const marks = [...parsed.bad];
+    const input = LIVE.input;
+    const what = input.separator === "" ? "character" : "token";
+    let problem = null;
+    if (parsed.bad.length) {
+      const names = [...new Set(parsed.bad.map((b) => JSON.stringify(b.token)))];
+      problem = `${names.length === 1 ? `the ${what} ${names[0]} is` : `the ${what}s ${names.slice(0, 8).join(", ")}${names.length > 8 ? ", ..." : ""} are`} not in the model's vocabulary: ` +
+        `remove ${names.length === 1 ? "it" : "them"} (the model knows ${vocabulary()})`;
+    } else if (input.mode === "source") {
+      const specials = parsed.ids.map((id, i) => [id, i]).filter(([id]) => input.specials.includes(id));
+      if (specials.length) {
+        for (const [, i] of specials) marks.push({ start: parsed.spans[i][0], end: parsed.spans[i][1] });
+        problem = `the source holds ${[...new Set(specials.map(([id]) => LIVE.spec.vocab[id]))].join(", ")}: write only the task's symbols`;
+      }
+    }
+    if (!problem && parsed.ids.length === 0) problem = "the input is empty: type a few tokens";
+    const limit = positionsFor();
+    if (!problem && parsed.ids.length > limit) {
+      problem = `the input has ${parsed.ids.length} tokens, more than the ${limit} the model reads ` +
+        `(its context, max_len=${LIVE.spec.config.max_len}${input.mode === "source" && LIVE.spec.numInputs === 1 ? ", with <sep> and the output" : ""}): shorten it; nothing is cut`;
+      const start = parsed.spans[limit] ? parsed.spans[limit][0] : text.length;
+      marks.push({ start, end: text.length });
+    }
+    return { ...parsed, marks, problem };
+  }
+
+  const vocabulary = () => {
+    const tokens = LIVE.spec.vocab.filter((_, i) => LIVE.input.mode !== "source" || !LIVE.input.specials.includes(i));
+    const text = LIVE.input.separator === "" ? JSON.stringify(tokens.join("")) : tokens.join(" ");
+    return text.length > 120 ? text.slice(0, 117) + "..." : text;
+  };
+
+  /** How many tokens the box may hold: the context; a decoder-only model's source leaves room for
+   *  <sep> and at least one output token. */
+  function positionsFor() {
+    const c = LIVE.spec.config;
+    if (LIVE.input.mode === "source" && LIVE.spec.numInputs === 1) return c.max_len - 2;
+    return c.max_len;
+  }
+
+  function markInput(text, marks) {
+    const backdrop = $("input-backdrop");
+    const parts = [];
+    let at = 0;
+    for (const m of [...marks].sort((a, b) => a.start - b.start)) {
+      if (m.start < at) continue;
+      parts.push(text.slice(at, m.start), el("mark", { text: text.slice(m.start, m.end) }));
+      at = m.end;
+    }
+    parts.push(text.slice(at) + " ");
+    backdrop.replaceChildren(...parts);
+    backdrop.scrollLeft = $("input-box").scrollLeft;
+    $("input-box").setAttribute("aria-invalid", marks.length ? "true" : "false");
+  }
+
+  function say(text, bad = false) {
+    const box = $("input-message");
+    box.textContent = text;
+    box.classList.toggle("bad", bad);
+  }
+
+  // ------------------------------------------------------------------------------ expected outputs
+  /** The expected output at each position of the last model input (-100: none), by the task's rule
+   *  for an edited input (the first input keeps the labels it was made with). */
+  function labelsFor(tokens, inputs) {
+    const input = LIVE.input;
+    const T = inputs[inputs.length - 1].length;
+    const none = new Array(T).fill(-100);
+    const rule = input.label_rule;
+    if (!rule) return none;
+    if (rule === "next") return inputs[0].map((_, t) => (t + 1 < T ? inputs[0][t + 1] : -100));
+    if (rule === "induction") {
+      const ids = inputs[0];
+      return ids.map((id, t) => {
+        if (t < 1 || t >= ids.length - 1) return -100;
+        const earlier = ids.slice(0, t).lastIndexOf(id);
+        return earlier >= 0 ? ids[earlier + 1] : -100;
+      });
+    }
+    const expected = expectedOutput(rule, tokens);
+    if (!expected) return none;
+    const c = LIVE.spec.config;
+    if (!LIVE.spec.generates) return none.map((_, t) => (t < expected.length ? expected[t] : -100));
+    const outputs = expected.concat(c.eos_id === null ? [] : [c.eos_id]);
+    const first = LIVE.spec.numInputs === 2 ? 0 : tokens.length; // the row that predicts output 0
+    return none.map((_, t) => (t >= first && t - first < outputs.length ? outputs[t - first] : -100));
+  }
+
+  /** A sequence-to-sequence task's output for a source (token ids), where the page knows the rule. */
+  function expectedOutput(rule, tokens) {
+    if (rule === "reverse") return tokens.slice().reverse();
+    if (rule === "sort_unique") return [...new Set(tokens)].sort((a, b) => a - b);
+    return null;
+  }
+
+  // ------------------------------------------------------------------------------ a live update
+  /** Run the model on the box's input (and the removed heads, and the step) and rebuild the views.
+   *  Sets window.transformerLab.lastUpdateMs (from the call to the views drawn) and forwardMs (the
+   *  model's runs alone, generation included). */
+  async function update() {
+    const t0 = performance.now();
+    const seq = ++live.seq;
+    const text = $("input-box").value;
+    const checked = checkInput(text);
+    markInput(text, checked.marks);
+    if (checked.problem) {
+      say(checked.problem, true);
+      live.problem = checked.problem;
+      return;
+    }
+    live.problem = null;
+    const lengths = LIVE.input.trained_lengths;
+    const request = { mode: LIVE.input.mode, tokens: checked.ids, ablate: removedPairs(), ablation: live.method };
+    // the first input, as the model read it in Python (a generated output included): what the
+    // precomputed views show; edited (or with heads removed), the model writes its own output again
+    if (text === LIVE.input.text && (live.removed.size === 0 || LIVE.input.mode === "tokens")) request.inputs = LIVE.input.inputs;
+    let result;
+    try {
+      result = await live.engine.view(live.step, request);
+    } catch (error) {
+      say(`the page could not run the model on this input: ${message(error)}`, true);
+      return;
+    }
+    if (seq !== live.seq) return; // a newer input is on its way
+    const first = JSON.stringify(result.inputs) === JSON.stringify(LIVE.input.inputs);
+    const labels = first && LIVE.input.labels ? LIVE.input.labels : labelsFor(checked.ids, result.inputs);
+    apply(result, labels, first);
+    const note = lengths && (checked.ids.length < lengths[0] || checked.ids.length > lengths[1])
+      ? ` Note: this model was trained on sources of ${lengths[0] === lengths[1] ? lengths[0] : `${lengths[0]} to ${lengths[1]}`} tokens, never on ${checked.ids.length}: expect an output that means nothing.`
+      : "";
+    say(`${checked.ids.length} tokens${result.reused ? ` (positions 0-${result.reused - 1} reused from the last run)` : ""}; ` +
+      `the model ran in ${result.forwardMs.toFixed(1)} ms.${note}`, Boolean(note));
+    redraw();
+    api.forwardMs = result.forwardMs;
+    api.lastUpdateMs = performance.now() - t0;
+    api.updates = (api.updates || 0) + 1;
+    saveFragment();
+  }
+
+  /** What the views draw, from a run: the attention maps by kind, predictions, rollout, the header. */
+  function apply(result, labels, first) {
+    const spec = LIVE.spec;
+    const vocab = spec.vocab;
+    const names = LIVE.input.names;
+    const tokens = result.inputs.map((ids) => ids.map((id) => vocab[id]));
+    live.inputs = result.inputs;
+    live.generated = result.output ? result.output.map((id) => vocab[id]) : null;
+    // attention maps, grouped as the precomputed page groups them
+    kinds = DATA.kinds.map((k) => {
+      const layers = spec.layers.map((layer, i) => ({ ...layer, i })).filter((layer) => layer.group === k.name);
+      const parts = layers.map((layer) => result.patterns[layer.i]);
+      const { Tq, Tk } = parts[0];
+      const data = new Float32Array(parts.length * HEADS * Tq * Tk);
+      parts.forEach((p, l) => data.set(p.data, l * HEADS * Tq * Tk));
+      return { ...k, rows: tokens[layers[0].queries], cols: tokens[layers[0].keys], stack: new FloatStack([parts.length, HEADS, Tq, Tk], data) };
+    });
+    // predictions: top-3 per position of the last input
+    const { T, C } = result;
+    const promptEnd = LIVE.input.mode === "source" && spec.numInputs === 1 ? result.inputs[0].indexOf(spec.config.sep_id) : 0;
+    const rows = [];
+    const predicted = [];
+    for (let t = 0; t < T; t++) {
+      const logp = TL.logSoftmax(result.logits, t * C, C);
+      const order = Array.from({ length: C }, (_, i) => i).sort((a, b) => logp[b] - logp[a]).slice(0, 3);
+      const label = labels[t] === undefined ? -100 : labels[t];
+      predicted.push(order[0]);
+      rows.push({
+        position: t,
+        reads: tokens[tokens.length - 1][t],
+        top: order.map((i) => [names[i], Math.round(Math.exp(logp[i]) * 1e4) / 1e4]),
+        label: label === -100 ? null : names[label],
+        correct: label === -100 ? null : order[0] === label,
+      });
+    }
+    current.predictions = { ...DATA.predictions, rows };
+    live.predicted = predicted;
+    live.labels = labels;
+    const firstLabel = labels.findIndex((l) => l !== -100);
+    const blank = Math.max(promptEnd, firstLabel > 0 ? firstLabel : 0);
+    const outputRows = predicted.map((id, t) => (t < blank ? "" : names[id]));
+    current.input = tokens[0];
+    current.output = outputRows;
+    current.overlayRows = outputRows;
+    current.overlayCols = tokens[0];
+    // rollout from the page's own maps; relevance (gradients) only where it is still the first view's
+    const isFirst = first && live.removed.size === 0 && live.step === live.firstStep;
+    let rolled;
+    let vmax = null;
+    if (DATA.overlays.kind === "cross") {
+      const group = (name) => spec.layers.map((layer, i) => (layer.group === name ? result.patterns[i] : null)).filter(Boolean);
+      rolled = TL.encoderDecoderRollout(group("encoder"), group("decoder"), group("cross"));
+    } else {
+      rolled = TL.rollout(result.patterns);
+      vmax = 0;
+      for (let r = 0; r < T; r++) for (let c = 0; c < T; c++) if (r !== c) vmax = Math.max(vmax, rolled[r * T + c]);
+    }
+    const S = tokens[0].length;
+    overlays = overlays.map((o) => {
+      if (o.name === "rollout") return { ...o, stack: new FloatStack([1, T, S], Float32Array.from(rolled)), vmax, stale: false };
+      return { ...o, stack: isFirst ? o.original : o.stack, stale: !isFirst };
+    });
+    // the ablation table: still the first input's unless recomputed
+    if (isFirst && !live.tableRecomputed) {
+      current.ablation = DATA.ablation;
+      current.ablationNote = "";
+    } else if (!live.tableFor || live.tableFor !== tableKey()) {
+      current.ablationNote = current.ablation
+        ? "This table is for another input, step or set of removed heads than the views show: recompute it for this one."
+        : "";
+    }
+    live.patch = null;
+  }
+
+  const tableKey = () => JSON.stringify([live.inputs, live.step, live.method]);
+
+  /** The head-ablation table for the current input (as the Python side computes it, nothing else
+   *  removed): the drop of the mean log p of the model's own predictions, per layer and head. */
+  async function recomputeAblation() {
+    const button = $("ablation-recompute");
+    button.disabled = true;
+    $("ablation-caption").textContent = "Computing: one forward pass per head...";
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    try {
+      const model = await live.engine.model(live.step);
+      const labels = live.labels || [];
+      const labelled = labels.map((l) => l !== -100);
+      const positions = labelled.some(Boolean) ? labelled : null;
+      const table = TL.ablationTable(model, live.inputs, { ablation: live.method, positions });
+      const layers = LIVE.spec.layers;
+      const groups = layers.map((l) => l.group);
+      current.ablation = {
+        layers: layers.map((l) => l.name),
+        labels: layers.map((l) => l.label),
+        kinds: groups,
+        indices: groups.map((g, i) => groups.slice(0, i).filter((x) => x === g).length),
+        baseline: table.baseline,
+        drops: table.drops,
+        positions: table.positions,
+        method: live.method,
+      };
+      current.ablationNote = "";
+      live.tableRecomputed = true;
+      live.tableFor = tableKey();
+      drawn.ablation = false;
+      if (state.view === "ablation") show("ablation");
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  // ------------------------------------------------------------------------------- patching view
+  function drawPatchingView() {
+    const strip = $("patch-tokens");
+    const tokens = live ? tokenize($("input-box").value).ids : [];
+    strip.replaceChildren(
+      ...tokens.map((id, i) => el("button", { class: "patch-token", "data-index": i, "aria-pressed": live.patch && live.patch.position === i, text: shown(LIVE.spec.vocab[id]) }))
+    );
+    const panels = $("patch-panels");
+    panels.replaceChildren();
+    if (!live.patch) {
+      $("patch-info").textContent = "Click a token above to corrupt it.";
+      return;
+    }
+    const p = live.patch;
+    if (p.error) {
+      $("patch-info").textContent = p.error;
+      return;
+    }
+    if (p.progress) {
+      $("patch-info").textContent = `Patching: ${p.progress}`;
+      return;
+    }
+    const r = p.result;
+    $("patch-info").textContent =
+      `Token ${p.position} ${shown(p.from)} → ${shown(p.to)}: at output position ${p.answer.position} the model predicts ${shown(p.cleanName)} ` +
+      `(clean) and ${shown(p.badName)} (corrupted); logit difference clean ${r.clean.toFixed(2)}, corrupted ${r.corrupted.toFixed(2)}.`;
+    const vocab = LIVE.spec.vocab;
+    const byStack = {};
+    for (const [name, row] of Object.entries(r.resid)) {
+      const stack = name.startsWith("decoder.") ? "decoder." : name.startsWith("encoder.") ? "encoder." : "";
+      (byStack[stack] = byStack[stack] || []).push([name, row]);
+    }
+    LIVE.spec.stacks.forEach((stack, s) => {
+      const entries = byStack[stack.prefix] || [];
+      const rows = entries.map(([name]) => name.replace(stack.prefix, "").replace("blocks.", "L").replace(".hook_resid_pre", " in").replace(".hook_resid_post", " out"));
+      const values = entries.map(([, row]) => row);
+      const cols = p.corrupted[stack.input].map((id) => vocab[id]);
+      const vmax = Math.max(1, ...values.flat().map(Math.abs));
+      const canvas = el("canvas", { class: "patching", "data-stack": s });
+      panels.append(canvas);
+      const geometry = drawMatrix(canvas, { R: rows.length, C: cols.length, get: (i, j) => values[i][j] }, {
+        rows, cols, title: `Residual stream${stack.prefix ? ` (${stack.prefix.replace(".", "")})` : ""}: share of the logit difference restored`,
+        xlabel: "position (corrupted input)", ylabel: "patched before block", cmap: CMAPS.ablation, vmax, vmin: -vmax, maxSide: 480, legend: "restored", annotate: (v) => v.toFixed(2),
+      });
+      hoverCells(canvas, geometry, (i, j) => `${entries[i][0]}, position ${j} ${shown(cols[j])}: ${values[i][j].toFixed(3)} restored`);
+    });
+    const heads = r.heads;
+    const vmax = Math.max(1, ...heads.flat().map(Math.abs));
+    const canvas = el("canvas", { class: "patching", "data-stack": "heads" });
+    panels.append(canvas);
+    drawMatrix(canvas, { R: heads.length, C: HEADS, get: (i, j) => heads[i][j] }, {
+      rows: LIVE.spec.layers.map((l) => l.label), cols: Array.from({ length: HEADS }, (_, h) => `H${h}`), title: "Each head's z: share restored",
+      xlabel: "head", ylabel: "attention layer", cmap: CMAPS.ablation, vmax, vmin: -vmax, maxSide: 300, cellMax: 48, legend: "restored", annotate: (v) => v.toFixed(2),
+    });
+  }
+
+  /** Corrupt token `position` of the box's input (the next symbol of the vocabulary, cyclically, as
+   *  the tasks' corrupted_pairs do) and patch every residual position and head from the clean run. */
+  async function runPatching(position) {
+    if (live.problem) {
+      live.patch = { error: `Fix the input first: ${live.problem}` };
+      drawPatchingView();
+      return;
+    }
+    const model = await live.engine.model(live.step);
+    const tokens = tokenize($("input-box").value).ids;
+    const symbols = LIVE.spec.vocab.map((_, i) => i).filter((i) => !LIVE.input.specials.includes(i));
+    const from = tokens[position];
+    const to = symbols[(symbols.indexOf(from) + 1) % symbols.length];
+    const bad = tokens.slice();
+    bad[position] = to;
+    const vocab = LIVE.spec.vocab;
+    const clean = live.inputs;
+    // the corrupted input read with the clean output forced (positions up to the answer are what the
+    // task's own corrupted example holds there)
+    const corrupted = clean.map((ids, i) => (i === 0 ? bad.concat(ids.slice(bad.length)) : ids.slice()));
+    const cleanLogits = model.run(clean).logits;
+    const badLogits = model.run(corrupted).logits;
+    const C = model.classes;
+    const T = clean[clean.length - 1].length;
+    const outputsFrom = LIVE.input.mode === "source" && LIVE.spec.numInputs === 1 ? tokens.length : 0;
+    const start = Math.max(outputsFrom, LIVE.spec.stacks[LIVE.spec.stacks.length - 1].causal && LIVE.spec.numInputs === 1 ? position : 0);
+    let answer = null;
+    for (let t = start; t < T; t++) {
+      const a = TL.argmax(cleanLogits, t * C, C);
+      const b = TL.argmax(badLogits, t * C, C);
+      if (a !== b) {
+        answer = { position: t, cleanAnswer: a, corruptedAnswer: b };
+        break;
+      }
+    }
+    const names = LIVE.input.names;
+    live.patch = { position, from: vocab[from], to: vocab[to], corrupted };
+    if (!answer) {
+      live.patch.error = `Token ${position} ${shown(vocab[from])} → ${shown(vocab[to])} changes none of the model's predictions: nothing to restore. Try another token.`;
+      drawPatchingView();
+      return;
+    }
+    live.patch.answer = answer;
+    live.patch.cleanName = names[answer.cleanAnswer];
+    live.patch.badName = names[answer.corruptedAnswer];
+    live.patch.progress = "starting";
+    drawPatchingView();
+    const seq = ++live.patchSeq;
+    const t0 = performance.now();
+    try {
+      live.patch.result = await TL.patching(model, clean, corrupted, answer, {
+        yieldEvery: 16,
+        onProgress: (done, total) => {
+          if (seq !== live.patchSeq) return;
+          live.patch.progress = `${done} of ${total} runs`;
+          $("patch-info").textContent = `Patching: ${done} of ${total} runs`;
+        },
+        cancelled: () => seq !== live.patchSeq,
+      });
+    } catch (error) {
+      if (seq !== live.patchSeq) return;
+      live.patch.error = `Patching failed: ${message(error)}`;
+    }
+    if (seq !== live.patchSeq) return;
+    live.patch.progress = null;
+    api.patchingMs = performance.now() - t0;
+    drawPatchingView();
+  }
+
+  // ------------------------------------------------------------------------------ removed heads
+  function drawHeadsPanel() {
+    const buttons = $("heads-buttons");
+    const byLayer = LIVE.spec.layers.map((layer, l) =>
+      el("span", { class: "heads-layer" }, ...Array.from({ length: HEADS }, (_, h) =>
+        el("button", { class: "head-toggle", "data-layer": l, "data-head": h, "aria-pressed": live.removed.has(`${l}:${h}`), title: `${layer.name}, head ${h}`, text: `${layer.label}H${h}` })))
+    );
+    buttons.replaceChildren(...byLayer);
+    $("ablation-method").value = live.method;
+  }
+
+  function toggleHead(layer, h) {
+    const key = `${layer}:${h}`;
+    if (live.removed.has(key)) live.removed.delete(key);
+    else live.removed.add(key);
+    drawHeadsPanel();
+    update().catch(fail);
+  }
+
+  // -------------------------------------------------------------------------------- generation
+  /** Continue the text with the model (temperature and top-k as sample.py; 0: greedy), as far as the
+   *  context allows, then show the longer input. */
+  async function generate() {
+    const model = await live.engine.model(live.step);
+    const tokens = tokenize($("input-box").value).ids;
+    const room = LIVE.spec.config.max_len - tokens.length;
+    if (room <= 0) {
+      say(`the input already fills the model's context (${LIVE.spec.config.max_len} tokens): shorten it to generate more`, true);
+      return;
+    }
+    const count = Math.min(room, Math.max(1, Number($("gen-count").value) || 1));
+    const temperature = Math.max(0, Number($("gen-temperature").value) || 0);
+    const topK = Number($("gen-top-k").value) > 0 ? Number($("gen-top-k").value) : null;
+    const t0 = performance.now();
+    const out = model.generate(tokens, count, { temperature, topK, ablate: removedPairs(), ablation: live.method });
+    api.generateMs = performance.now() - t0;
+    const added = out.slice(tokens.length).map((id) => LIVE.spec.vocab[id]);
+    const box = $("input-box");
+    box.value = box.value + (LIVE.input.separator === "" ? added.join("") : (box.value.trim() ? " " : "") + added.join(" "));
+    await update();
+  }
+
+  // ------------------------------------------------------------------------------ the step slider
+  async function setStep(index) {
+    live.step = index;
+    $("step-slider").value = index;
+    $("step-value").textContent = live.series.labels[index];
+    live.tableRecomputed = false;
+    await update();
+  }
+
+  // ================================================================================ URL fragment
+  /** The view a student reached, in the URL (bookmark it, send it): input, view, kind, layer, query,
+   *  removed heads and their ablation, step. */
+  function saveFragment() {
+    if (!ready) return;
+    const params = new URLSearchParams();
+    params.set("view", state.view);
+    if (kinds.length > 1) params.set("kind", kind().name);
+    params.set("layer", state.layer);
+    if (state.selected && state.selected.side === "query") params.set("query", state.selected.index);
+    if (live) {
+      const text = $("input-box").value;
+      if (text !== LIVE.input.text) params.set("input", text);
+      if (live.removed.size) params.set("off", removedLabels().join(","));
+      if (live.method !== "zero") params.set("ablation", live.method);
+      if (live.series && live.step !== live.firstStep) params.set("step", live.series.steps[live.step]);
+    }
+    try {
+      history.replaceState(null, "", "#" + params.toString());
+    } catch (error) {
+      // an inline page (Jupyter's srcdoc iframe) may have no URL to write to
+    }
+  }
+
+  function readFragment() {
+    let hash = "";
+    try {
+      hash = window.location.hash.slice(1);
+    } catch (error) {
+      return new URLSearchParams();
+    }
+    return new URLSearchParams(hash);
+  }
+
+  // =================================================================================== the API
+  /** window.transformerLab: the page's model for tests and other pages (see DESIGN.md). Exists only
+   *  once the weights are decoded. */
+  const api = {};
+
+  function buildApi(model) {
+    const at = (index) => (index === undefined || index === live.step ? model : live.engine.models[index]);
+    Object.assign(api, {
+      vocab: LIVE.spec.vocab.slice(),
+      config: LIVE.spec.config,
+      layers: LIVE.spec.layers.map((l) => l.name),
+      labels: LIVE.spec.layers.map((l) => l.label),
+      /** {logits: number[][], patterns: number[][][][]} for token ids (or {source, target}); opts:
+       *  ablate [[layer, head], ...] (layers in interventions.attention_layers order), ablation
+       *  "zero" | "mean". Synchronous. */
+      forward: (input, opts = {}) => (live.engine.models[live.step] || model).forward(input, { ablate: opts.ablate, ablation: opts.ablation }),
+      /** A language model's continuation (every token, prompt included; temperature 0: greedy), or an
+       *  encoder-decoder's greedy output for {source}. */
+      generate: (input, opts = {}) => {
+        const m = live.engine.models[live.step] || model;
+        if (input && input.source) return m.generateSeq2seq(input.source, opts.maxNewTokens, opts);
+        const random = opts.seed === undefined ? Math.random : TL.seeded(opts.seed);
+        return m.generate(input, opts.maxNewTokens ?? 20, { temperature: opts.temperature ?? 0, topK: opts.topK ?? null, topP: opts.topP ?? null, random, ablate: opts.ablate, ablation: opts.ablation });
+      },
+      answer: (prompt, opts = {}) => (live.engine.models[live.step] || model).answer(prompt, opts),
+      ablationTable: (input, opts = {}) => TL.ablationTable(live.engine.models[live.step] || model, (live.engine.models[live.step] || model).inputsOf(input), opts),
+      patching: (clean, corrupted, answer, opts = {}) => {
+        const m = live.engine.models[live.step] || model;
+        return TL.patching(m, m.inputsOf(clean), m.inputsOf(corrupted), answer, opts);
+      },
+      /** Type into the box (as a student would) and wait for the views. */
+      setInput: async (text) => {
+        $("input-box").value = text;
+        await update();
+        return live.problem;
+      },
+      setHeads: async (pairs, method) => {
+        live.removed = new Set(pairs.map(([l, h]) => `${l}:${h}`));
+        if (method) live.method = method;
+        drawHeadsPanel();
+        await update();
+      },
+      setStep: (index) => setStep(index),
+      steps: live.series ? live.series.steps.slice() : null,
+      get step() {
+        return live.step;
+      },
+      patchToken: (position) => runPatching(position),
+      get patch() {
+        return live.patch;
+      },
+      get inputs() {
+        return live.inputs;
+      },
+      get problem() {
+        return live.problem;
+      },
+      model: at,
+    });
+    window.transformerLab = api;
+  }
+
+  async function startLive() {
+    const t0 = performance.now();
+    if (!TL) throw new Error("the page's model script is missing");
+    const params = readFragment();
+    const series = LIVE.series;
+    const first = series ? series.current : 0;
+    const T = LIVE.input.inputs.reduce((n, ids) => Math.max(n, ids.length), 0);
+    live = {
+      engine: new Engine(cost(T) > WORKER_COST && typeof Worker !== "undefined"),
+      index: new Map(LIVE.spec.vocab.map((t, i) => [t, i])),
+      removed: new Set(),
+      method: "zero",
+      step: first,
+      firstStep: first,
+      series,
+      seq: 0,
+      patchSeq: 0,
+      patch: null,
+      inputs: LIVE.input.inputs,
+      labels: LIVE.input.labels,
+      generated: null,
+      problem: null,
+      tableRecomputed: false,
+    };
+    const model = await live.engine.model(first);
+    timings.decodeWeights = performance.now() - t0;
+    // the input box, the heads panel, generation, the slider, the patching tab
+    $("live-input").hidden = false;
+    const box = $("input-box");
+    box.value = LIVE.input.text;
+    box.addEventListener("input", () => update().catch(fail));
+    box.addEventListener("scroll", () => ($("input-backdrop").scrollLeft = box.scrollLeft));
+    if (LIVE.spec.generates && LIVE.input.mode === "tokens") {
+      $("generate-controls").hidden = false;
+      $("gen-count").max = LIVE.spec.config.max_len;
+      $("generate").addEventListener("click", () => generate().catch(fail));
+    }
+    $("heads-panel").hidden = false;
+    drawHeadsPanel();
+    $("heads-buttons").addEventListener("click", (event) => {
+      const button = event.target.closest(".head-toggle");
+      if (button) toggleHead(Number(button.dataset.layer), Number(button.dataset.head));
+    });
+    $("heads-restore").addEventListener("click", () => {
+      live.removed.clear();
+      drawHeadsPanel();
+      update().catch(fail);
+    });
+    $("ablation-method").disabled = !LIVE.means;
+    $("ablation-method").title = LIVE.means ? "" : "this page carries no means: zero ablation only";
+    $("ablation-method").addEventListener("change", (event) => {
+      live.method = event.target.value;
+      if (live.removed.size) update().catch(fail);
+      else saveFragment();
+    });
+    $("patching-tab").hidden = false;
+    $("patch-tokens").addEventListener("click", (event) => {
+      const button = event.target.closest(".patch-token");
+      if (button) runPatching(Number(button.dataset.index)).catch(fail);
+    });
+    if (series && series.steps.length > 1) {
+      $("step-control").hidden = false;
+      const slider = $("step-slider");
+      slider.max = series.steps.length - 1;
+      slider.value = first;
+      $("step-value").textContent = series.labels[first];
+      slider.addEventListener("input", () => setStep(Number(slider.value)).catch(fail));
+    }
+    buildApi(model);
+    // the first run: the page's forward pass on the precomputed input, checked against PyTorch's logits
+    const check = await inflate(LIVE.check.data);
+    const expected = new Float32Array(check.buffer, check.byteOffset, check.length / 4);
+    const restored = applyFragmentLive(params);
+    await update();
+    if (!restored || box.value === LIVE.input.text) {
+      const ran = model.run(LIVE.input.inputs).logits;
+      let diff = 0;
+      let scale = 0;
+      for (let i = 0; i < expected.length; i++) {
+        diff = Math.max(diff, Math.abs(ran[i] - expected[i]));
+        scale = Math.max(scale, Math.abs(expected[i]));
+      }
+      api.check = { maxDiff: diff, scale, relative: diff / Math.max(scale, 1e-12) };
+    }
+    const status = $("live-status");
+    const worker = live.engine.worker ? " (in a Web Worker)" : "";
+    status.textContent = `Live: the model runs in this page${worker}; its weights take ${(LIVE.chars / 1e6).toFixed(2)} MB of the file` +
+      (LIVE.weights.dtype === "float16" ? " as float16 (rounded: within 1e-3 of the float32 model's logits)" : "") +
+      (api.check ? `; on the first input its logits agree with PyTorch's to ${api.check.relative.toExponential(1)} of their scale.` : ".") +
+      (LIVE.notes.length ? ` ${LIVE.notes.join("; ")}.` : "");
+    api.loadMs = performance.now() - t0;
+    document.body.dataset.live = "true";
+  }
+
+  /** The fragment's live part: input, removed heads, ablation, step (before the first update). */
+  function applyFragmentLive(params) {
+    let restored = false;
+    if (params.has("input")) {
+      $("input-box").value = params.get("input");
+      restored = true;
+    }
+    if (params.has("ablation") && LIVE.means) live.method = params.get("ablation") === "mean" ? "mean" : "zero";
+    if (params.has("off")) {
+      const labels = LIVE.spec.layers.map((l) => l.label);
+      for (const name of params.get("off").split(",")) {
+        const match = /^([A-Z]\d+)H(\d+)$/.exec(name.trim());
+        const layer = match ? labels.indexOf(match[1]) : -1;
+        if (layer >= 0 && Number(match[2]) < HEADS) live.removed.add(`${layer}:${Number(match[2])}`);
+      }
+      drawHeadsPanel();
+      restored = restored || live.removed.size > 0;
+    }
+    if (params.has("step") && live.series) {
+      const index = live.series.steps.indexOf(Number(params.get("step")));
+      if (index >= 0) {
+        live.step = index;
+        $("step-slider").value = index;
+        $("step-value").textContent = live.series.labels[index];
+      }
+    }
+    return restored;
+  }
+
+  /** The fragment's view part: view, kind, layer, query (precomputed pages too). */
+  function applyFragmentView(params) {
+    if (params.has("kind")) {
+      const index = kinds.findIndex((k) => k.name === params.get("kind"));
+      if (index >= 0) state.kind = index;
+    }
+    if (params.has("layer")) state.layer = Math.max(0, Math.min(Number(params.get("layer")) || 0, kind().stack.shape[0] - 1));
+    if (params.has("query")) state.selected = { side: "query", index: Number(params.get("query")) || 0 };
+    return params.get("view");
+  }
+
+  // ===================================================================================== main
+  let ready = false;
 
   async function main() {
     if (typeof DecompressionStream === "undefined") {
@@ -1016,19 +2019,40 @@
     }
     const t0 = performance.now();
     kinds = await Promise.all(DATA.kinds.map(async (k) => ({ ...k, stack: await unpack(k.maps) })));
-    overlays = await Promise.all(DATA.overlays.items.map(async (o) => ({ ...o, stack: await unpack(o.matrix) })));
+    overlays = await Promise.all(DATA.overlays.items.map(async (o) => {
+      const stack = await unpack(o.matrix);
+      return { ...o, stack, original: stack, stale: false };
+    }));
     timings.decode = performance.now() - t0;
     state.heads = Array.from({ length: HEADS }, () => true);
-    // an encoder-decoder opens on cross-attention: how each output reads the source
+    // the first view: an encoder-decoder opens on cross-attention (how each output reads the source);
+    // every page on its last layer and the query whose attention there is sharpest
     state.kind = Math.max(0, kinds.findIndex((k) => k.name === DATA.overlays.kind));
-    state.selected = { side: "query", index: 0 };
+    const params = readFragment();
+    state.layer = kind().stack.shape[0] - 1;
+    state.selected = null;
+    const view = applyFragmentView(params);
+    if (!state.selected) state.selected = { side: "query", index: sharpestQuery(kind(), state.layer) };
     drawHeader();
     bind();
     $("kind-select").value = state.kind;
-    show("head");
+    show(view && DRAW[view] && view !== "patching" ? view : "head");
     window.explorerRenderMs = performance.now() - START;
     window.explorerLoadMs = performance.now(); // from the start of navigation: the HTML's parsing included
     document.body.dataset.ready = "true";
+    ready = true;
+    saveFragment();
+    const status = $("live-status");
+    if (LIVE) {
+      await startLive();
+      if (view === "patching") show("patching");
+    } else {
+      document.body.dataset.live = "none";
+      if (DATA.live_note) {
+        status.classList.add("note");
+        status.textContent = `This page shows the views computed in Python for one input; the model is not in the page, because ${DATA.live_note}.`;
+      }
+    }
   }
 
   main().catch(fail);

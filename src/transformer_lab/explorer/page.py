@@ -1,8 +1,9 @@
-"""The one self-contained HTML page: page.html with explorer.css, explorer.js and the data inlined.
+"""The one self-contained HTML page: page.html with explorer.css, model.js, explorer.js and the data inlined.
 
-Nothing on the page comes from the network: the styles, the script and the numbers (as JSON, with the
-matrices packed by `pack.py`) are all in the file, so it opens from disk, offline, in any current
-browser, and can be mailed. `ExplorerPage` is that HTML as a `str` that Jupyter shows inline.
+Nothing on the page comes from the network: the styles, the scripts and the numbers (as JSON, with the
+matrices packed by `pack.py` and, on a live page, the model's weights packed by `live.py`) are all in the
+file, so it opens from disk, offline, in any current browser, and can be mailed. `ExplorerPage` is that
+HTML as a `str` that Jupyter shows inline.
 """
 
 import html
@@ -16,8 +17,8 @@ from transformer_lab.explorer.collect import ExplorerData
 from transformer_lab.explorer.pack import pack, pack_within
 from transformer_lab.files import write_atomically
 
-MARKER = re.compile(r"<!--explorer:(title|css|js|data)-->")
-FORMAT_VERSION = 1
+MARKER = re.compile(r"<!--explorer:(title|css|model|js|data)-->")
+FORMAT_VERSION = 2
 # Characters for the attention maps: with the rest of the page (about 0.3 MB for 256 tokens) the file
 # stays under 5 MB; maps that do not fit at 255 levels per row are stored with fewer (pack.pack_within).
 ATTENTION_BUDGET = 4_200_000
@@ -25,7 +26,11 @@ ATTENTION_BUDGET = 4_200_000
 
 class ExplorerPage(str):
     """The explorer's HTML. In Jupyter (or VS Code, JupyterLab) it displays inline, in an iframe whose
-    `srcdoc` is the page, so the page's own CSS and JavaScript run isolated from the notebook's."""
+    `srcdoc` is the page, so the page's own CSS and JavaScript run isolated from the notebook's (several
+    explorers in one notebook each have their own). `live_note`: why a page asked to be live is not."""
+
+    live_note: str | None = None
+    steps: int = 0  # the checkpoints of the step slider (0: none)
 
     def _repr_html_(self) -> str:
         return (
@@ -39,9 +44,16 @@ class ExplorerPage(str):
         return write_page(self, path)
 
 
-def payload(data: ExplorerData, title: str, budget: int = ATTENTION_BUDGET) -> dict:
+def payload(
+    data: ExplorerData,
+    title: str,
+    budget: int = ATTENTION_BUDGET,
+    live: dict | None = None,
+    live_note: str | None = None,
+) -> dict:
     """The page's JSON: everything `explorer.js` reads (see the keys it uses there). The attention maps
-    take at most `budget` characters (see `pack.pack_within`)."""
+    take at most `budget` characters (see `pack.pack_within`). `live`: the model for the page to run
+    (`live.live_payload`); `live_note`: why a page that was asked to be live is not."""
     maps = pack_within([kind.maps for kind in data.kinds], budget)
     kinds = [
         {key: value for key, value in asdict(kind).items() if key != "maps"} | {"maps": packed}
@@ -70,6 +82,8 @@ def payload(data: ExplorerData, title: str, budget: int = ATTENTION_BUDGET) -> d
             "rows": [asdict(p) for p in data.predictions],
         },
         "ablation": asdict(data.ablation) if data.ablation is not None else None,
+        "live": live,
+        "live_note": live_note,
     }
 
 
@@ -84,17 +98,21 @@ def _script_safe_json(value: dict) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render(data: ExplorerData, title: str) -> ExplorerPage:
-    """page.html with its four markers replaced in one pass: the title, the CSS, the JavaScript and the
-    data. Each marker must occur exactly once in the template."""
-    template, script = _asset("page.html"), _asset("explorer.js")
-    if "</script" in script.lower():
-        raise ValueError("explorer.js must not contain '</script' (it would end the inline script)")
+def render(
+    data: ExplorerData, title: str, live: dict | None = None, live_note: str | None = None
+) -> ExplorerPage:
+    """page.html with its five markers replaced in one pass: the title, the CSS, the model's and the
+    views' JavaScript and the data. Each marker must occur exactly once in the template."""
+    template, model, script = _asset("page.html"), _asset("model.js"), _asset("explorer.js")
+    for name, text in (("model.js", model), ("explorer.js", script)):
+        if "</script" in text.lower():
+            raise ValueError(f"{name} must not contain '</script' (it would end the inline script)")
     parts = {
         "title": html.escape(title),
         "css": _asset("explorer.css"),
+        "model": model,
         "js": script,
-        "data": _script_safe_json(payload(data, title)),
+        "data": _script_safe_json(payload(data, title, live=live, live_note=live_note)),
     }
     found = MARKER.findall(template)
     if sorted(found) != sorted(parts):

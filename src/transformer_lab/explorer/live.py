@@ -1,0 +1,317 @@
+"""The live page's model: what the page's JavaScript forward pass (`model.js`) needs to run the model itself.
+
+`live_model(model, reference)` returns a `LiveModel`: the model's structure read through its shared
+interface (`stacks()`, `attention_layers()`, `num_inputs`, `generates`; no question of which class it is),
+its config, its weights as one float32 buffer (deflated, base64; tied weights stored once) with a
+manifest of state_dict names, and for mean ablation each attention layer's `hook_z` averaged over a
+reference batch per position (as `interventions` computes it). A model whose weights would take more
+than `WEIGHT_BUDGET` characters, or that has a weight the page's forward pass does not know, is not
+made live: `LiveModel.refusal` says why, and the page keeps its precomputed views.
+
+Weights are float32 (float16 moves the logits by about 1e-3 of their scale); `dtype="float16"` halves
+the page for a model that would not fit otherwise, and is then exact only for the model with the same
+rounded weights (`rounded_model`).
+"""
+
+import base64
+import copy
+import math
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from transformer_lab.nn import TokenModel, evaluating
+
+# Characters of weights (base64 of the deflated buffer, every snapshot and the means included) a page may
+# hold on top of its precomputed part (< 5 MB): a 20 MB page opens in a second from disk.
+WEIGHT_BUDGET = 20_000_000
+DTYPES = {"float32": np.float32, "float16": np.float16}
+# The input box's expected output for an edited input, where the task has a rule the page knows:
+# a language model's next token; the seq2seq tasks shipped here; the induction task's repeats.
+LABEL_RULES = {"Shakespeare": "next", "Reverse": "reverse", "Sort": "sort_unique", "Induction": "induction"}
+
+
+@dataclass
+class LiveModel:
+    """One model for the page: `spec` (structure and config), `weights` and `means` (packed), the
+    characters they take, and `refusal` (why it cannot be live) when it cannot."""
+
+    spec: dict
+    weights: dict | None = None
+    means: dict | None = None
+    chars: int = 0
+    refusal: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _encode(values: np.ndarray) -> str:
+    return base64.b64encode(zlib.compress(values.tobytes(), 6)).decode("ascii")
+
+
+def known_weights(spec: dict) -> set[str]:
+    """Every state_dict name the page's forward pass reads (it cannot run a model with any other)."""
+    names = {"unembed.weight", "unembed.bias"} | {
+        f"unembed.{i}.{p}" for i in (0, 1, 4) for p in ("weight", "bias")
+    }
+    for stack in spec["stacks"]:
+        prefix = stack["prefix"]
+        names |= {f"{prefix}embed.weight", f"{prefix}pos_embed.embedding.weight"}
+        names |= {f"{prefix}ln_final.norm.{p}" for p in ("weight", "bias")}
+        for i in range(stack["blocks"]):
+            block = f"{prefix}blocks.{i}"
+            for part in ("norm1", "norm2", "norm3"):
+                names |= {f"{block}.{part}.{p}" for p in ("weight", "bias")}
+            for attn in ("attn", "cross_attn"):
+                names |= {
+                    f"{block}.{attn}.{proj}.{p}"
+                    for proj in ("qkv_proj", "o_proj")
+                    for p in ("weight", "bias")
+                }
+            names |= {f"{block}.mlp.{fc}.{p}" for fc in ("fc_in", "fc_out") for p in ("weight", "bias")}
+    return names
+
+
+def model_spec(model: TokenModel) -> dict:
+    """The structure and config the page's forward pass runs, from the models' shared interface."""
+    config = model.config
+    stacks = model.stacks()
+    prefixes = list(stacks)
+    layers = []
+    for layer in model.attention_layers():
+        prefix, _, rest = layer.name.rpartition("blocks.")
+        prefix = prefix if prefix in stacks else ""
+        block, _, module = rest.partition(".")
+        layers.append(
+            {
+                "name": layer.name,
+                "kind": layer.kind,
+                "group": layer.group,
+                "label": layer.label,
+                "queries": layer.queries,
+                "keys": layer.keys,
+                "stack": prefixes.index(prefix),
+                "block": int(block),
+                "module": module,
+            }
+        )
+    d = config.model_dim
+    # the sinusoidal encoding's frequencies exactly as nn.PositionalEncoding computes them in float32
+    div_term = torch.exp(torch.arange(0, d, 2, dtype=torch.float) * (-math.log(10000.0) / d))
+    return {
+        "config": config.to_dict()
+        | {"feedforward_dim": config.feedforward_dim, "output_classes": config.output_classes},
+        "stacks": [
+            {
+                "prefix": prefix,
+                "causal": bool(stack.causal),
+                "cross": any(hasattr(block, "cross_attn") for block in stack.blocks),
+                "blocks": len(stack.blocks),
+                "input": index,
+            }
+            for index, (prefix, stack) in enumerate(stacks.items())
+        ],
+        "layers": layers,
+        "numInputs": model.num_inputs,
+        "generates": bool(model.generates),
+        "sinusoid": [float(v) for v in div_term.tolist()],
+        "vocab": list(model.vocab),
+    }
+
+
+def pack_weights(model: TokenModel, dtype: str = "float32") -> dict:
+    """The state_dict as one little-endian buffer of `dtype` (deflated, base64) and a manifest of
+    [name, offset in values, shape]; a tensor shared by several names (tied weights) is stored once."""
+    values, manifest, seen, offset = [], [], {}, 0
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in seen:
+            seen[key] = offset
+            values.append(tensor.detach().cpu().float().reshape(-1).numpy())
+            offset += tensor.numel()
+        manifest.append([name, seen[key], list(tensor.shape)])
+    flat = np.concatenate(values).astype(np.dtype(DTYPES[dtype]).newbyteorder("<"))
+    return {"dtype": dtype, "data": _encode(flat), "manifest": manifest, "values": int(offset)}
+
+
+def rounded_model(model: TokenModel, dtype: str) -> TokenModel:
+    """A copy of the model with its weights rounded to `dtype` and back: the model a float16 page runs."""
+    rounded = copy.deepcopy(model)
+    with torch.no_grad():
+        for tensor in rounded.state_dict().values():
+            tensor.copy_(tensor.to(getattr(torch, dtype)).float())
+    return rounded
+
+
+def reference_means(model: TokenModel, reference: tuple[Tensor, ...]) -> dict:
+    """For mean ablation: each attention layer's z averaged over the reference batch, per position
+    ([T_ref, H, d_head] float32, as `interventions` averages it), packed with a manifest by layer index."""
+    names = [f"{layer.name}.hook_z" for layer in model.attention_layers()]
+    wanted = set(names)
+    with evaluating(model):
+        _, cache = model.run_with_cache(*reference, names_filter=lambda name: name in wanted)
+    parts, manifest, offset = [], [], 0
+    for index, name in enumerate(names):
+        mean = cache[name].float().mean(dim=0).cpu().numpy()  # [T, H, d_head]
+        parts.append(mean.reshape(-1))
+        manifest.append([str(index), offset, list(mean.shape)])
+        offset += mean.size
+    flat = np.concatenate(parts).astype("<f4")
+    return {
+        "dtype": "float32",
+        "data": _encode(flat),
+        "manifest": manifest,
+        "batch": int(reference[0].size(0)),
+    }
+
+
+def live_model(
+    model: TokenModel,
+    reference: tuple[Tensor, ...] | None = None,
+    dtype: str = "float32",
+    budget: int = WEIGHT_BUDGET,
+) -> LiveModel:
+    """The model packed for the page, or a `LiveModel` whose `refusal` says why it cannot be (over the
+    weight budget, or a weight the page's forward pass does not know)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"weights={dtype!r} is unknown; use float32 (default) or float16")
+    spec = model_spec(model)
+    state = model.state_dict()
+    unknown = sorted(set(state) - known_weights(spec))
+    if unknown:
+        return LiveModel(
+            spec, refusal=f"the model has a weight the page's forward pass does not know ({unknown[0]})"
+        )
+    if spec["config"]["activation"] not in ("relu", "gelu"):
+        return LiveModel(spec, refusal=f"the page has no {spec['config']['activation']} activation")
+    # a first estimate before packing: deflate gains little on trained float32 weights
+    estimate = sum(t.numel() for t in {t.untyped_storage().data_ptr(): t for t in state.values()}.values())
+    estimate = estimate * np.dtype(DTYPES[dtype]).itemsize * 4 // 3
+    if estimate > 2 * budget:
+        return LiveModel(spec, refusal=_over_budget(estimate, budget))
+    weights = pack_weights(model, dtype)
+    means = reference_means(model, reference) if reference is not None else None
+    chars = len(weights["data"]) + (len(means["data"]) if means else 0)
+    if chars > budget:
+        return LiveModel(spec, refusal=_over_budget(chars, budget))
+    return LiveModel(spec, weights, means, chars)
+
+
+def _over_budget(chars: int, budget: int) -> str:
+    return (
+        f"its weights take {chars / 1e6:.1f} MB in the page, more than the {budget / 1e6:.0f} MB a page may "
+        "hold (weights=float16 halves them)"
+    )
+
+
+@dataclass
+class Snapshot:
+    """A model of the same architecture at another training step (the explorer's step slider)."""
+
+    step: int
+    label: str
+    model: TokenModel
+
+
+def _pack_logits(logits: Tensor) -> dict:
+    values = logits.detach().float().cpu().numpy()
+    return {"data": _encode(values.astype("<f4")), "shape": list(values.shape)}
+
+
+def _thin(sizes: list[int], keep: int, budget: int) -> list[int]:
+    """The indices of the snapshots to keep: evenly spread over the run, always `keep` (the model the
+    page opens on), as many as fit in `budget` characters together."""
+    for count in range(len(sizes), 0, -1):
+        chosen = sorted({round(i * (len(sizes) - 1) / max(count - 1, 1)) for i in range(count)} | {keep})
+        if sum(sizes[i] for i in chosen) <= budget:
+            return chosen
+    return [keep]
+
+
+def live_payload(
+    model: TokenModel,
+    inputs: tuple[Tensor, ...],
+    *,
+    labels: list[int] | None = None,
+    reference: tuple[Tensor, ...] | None = None,
+    snapshots: list[Snapshot] | None = None,
+    dtype: str = "float32",
+    budget: int = WEIGHT_BUDGET,
+    separator: str | None = None,
+    label_rule: str | None = None,
+    output_names: list[str] | None = None,
+    trained_lengths: tuple[int, int] | None = None,
+) -> tuple[dict | None, str | None]:
+    """The page's `live` section for the model and the inputs its precomputed views show, or (None, why
+    the page cannot run it). `snapshots`: the same model at other steps (one of them may be `model`
+    itself); as many as fit in the budget are kept, spread over the run."""
+    live = live_model(model, reference, dtype, budget)
+    if live.refusal:
+        return None, live.refusal
+    notes = []
+    series = None
+    if snapshots:
+        packed, sizes = [], []
+        for snapshot in snapshots:
+            part = live if snapshot.model is model else live_model(snapshot.model, reference, dtype, budget)
+            if part.refusal or part.spec["config"] != live.spec["config"]:
+                notes.append(f"the snapshot at step {snapshot.step} is left out (another architecture)")
+                continue
+            packed.append((snapshot, part))
+            sizes.append(part.chars)
+        own = next((i for i, (s, _) in enumerate(packed) if s.model is model), None)
+        if own is None:  # the model the page opens on is not a snapshot: it joins the series at its end
+            packed.append((Snapshot(-1, "this checkpoint", model), live))
+            sizes.append(live.chars)
+            own = len(packed) - 1
+        chosen = _thin(sizes, own, budget)
+        if len(chosen) < len(packed):
+            room = f"{budget / 1e6:.0f} MB"
+            notes.append(f"{len(chosen)} of {len(packed)} snapshots fit in the page's {room} for weights")
+        series = {
+            "steps": [packed[i][0].step for i in chosen],
+            "labels": [packed[i][0].label for i in chosen],
+            "weights": [None if i == own else packed[i][1].weights for i in chosen],
+            "means": [None if i == own else packed[i][1].means for i in chosen],
+            "current": chosen.index(own),
+        }
+    config = model.config
+    mode = "tokens"
+    if model.num_inputs == 2 or (
+        model.generates and config.sep_id is not None and config.sep_id in inputs[0][0].tolist()
+    ):
+        mode = "source"
+    tokens = inputs[0][0].tolist()
+    box = tokens[: tokens.index(config.sep_id)] if mode == "source" and model.num_inputs == 1 else tokens
+    if separator is None:  # as the task would write it: characters, or tokens apart
+        vocab = model.vocab
+        separator = "" if " " in vocab and all(len(t) == 1 for t in vocab) else " "
+    if label_rule is None and mode == "tokens" and model.generates:
+        label_rule = "next"
+    specials = [i for i in (config.pad_id, config.bos_id, config.eos_id, config.sep_id) if i is not None]
+    with evaluating(model):
+        logits = model(*inputs)
+    payload = {
+        "spec": live.spec,
+        "weights": live.weights,
+        "means": live.means,
+        "chars": live.chars,
+        "series": series,
+        "notes": notes,
+        "check": _pack_logits(logits[0]),
+        "input": {
+            "mode": mode,
+            "text": separator.join(model.vocab[i] for i in box),
+            "tokens": box,
+            "inputs": [x[0].tolist() for x in inputs],
+            "labels": labels,
+            "separator": separator,
+            "specials": sorted(set(specials)),
+            "label_rule": label_rule,
+            "names": output_names or list(model.vocab),
+            "trained_lengths": list(trained_lengths) if trained_lengths else None,
+        },
+    }
+    return payload, None
