@@ -22,9 +22,11 @@ from transformer_lab.errors import ConfigError, require
 from transformer_lab.nn import IGNORE_INDEX, ModelConfig, build_model
 from transformer_lab.training.checkpoint_io import FORMAT_VERSION, task_record
 from transformer_lab.training.config_checks import check_arguments, check_values
-from transformer_lab.training.schedulers import CosineWarmupScheduler
+from transformer_lab.training.schedulers import ConstantWarmupScheduler, CosineWarmupScheduler
 
 METRICS = ("acc", "seq_acc", "bpc", "ppl")
+SCHEDULES = ("cosine", "constant")  # CosineWarmupScheduler, ConstantWarmupScheduler
+DECAYED = ("matrices", "all")  # the parameters weight decay applies to
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # devices with a fused (single-kernel) AdamW in torch >= 2.4
 ARCHITECTURE_KEYS = tuple(f.name for f in fields(ModelConfig))
 
@@ -50,6 +52,9 @@ class TransformerPredictor(L.LightningModule):
     metrics: any of `acc` (per token), `seq_acc` (whole sequence right), `bpc` (bits per character) and
     `ppl` (perplexity over an epoch). `compile=True` runs the training and evaluation pass through
     `torch.compile`; `fused_adamw=True` uses the single-kernel AdamW on devices that have one.
+    schedule: `cosine` (warmup, then cosine decay to 0 at max_iters) or `constant` (warmup, then the
+    constant lr: Nanda et al.'s grokking runs). weight_decay_on: `matrices` (weight matrices only, not
+    biases, norms or embeddings: GPT-2's practice) or `all` (every parameter: Nanda et al.'s AdamW).
     """
 
     def __init__(
@@ -63,6 +68,8 @@ class TransformerPredictor(L.LightningModule):
         metrics: list[str] | tuple[str, ...] = ("acc",),
         compile: bool = False,
         fused_adamw: bool = True,
+        schedule: str = "cosine",
+        weight_decay_on: str = "matrices",
     ):
         super().__init__()
         # Plain Python types only, so checkpoints load with torch.load(weights_only=True).
@@ -189,27 +196,34 @@ class TransformerPredictor(L.LightningModule):
             checkpoint["task"] = task_record(task)
 
     def parameter_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-        """The parameters with weight decay (weight matrices) and without it (biases, norms, embeddings),
-        in the order the optimizer holds them."""
-        embeddings = {id(p) for m in self.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+        """The parameters with weight decay (weight matrices; every one with `weight_decay_on=all`) and
+        without it (biases, norms, embeddings), in the order the optimizer holds them."""
         params = list(self.parameters())
+        if self.hparams.get("weight_decay_on", "matrices") == "all":
+            return params, []
+        embeddings = {id(p) for m in self.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
         decay = [p for p in params if p.ndim >= 2 and id(p) not in embeddings]
         no_decay = [p for p in params if not (p.ndim >= 2 and id(p) not in embeddings)]
         return decay, no_decay
 
     def configure_optimizers(self) -> dict:
-        """AdamW with decoupled weight decay on weight matrices only (not biases, norms or embeddings),
-        and the cosine-warmup schedule stepped every optimisation step."""
+        """AdamW with decoupled weight decay on weight matrices only (not biases, norms or embeddings; all
+        of them with `weight_decay_on=all`), and the warmup schedule (`schedule`: cosine decay or
+        constant) stepped every optimisation step."""
         decay, no_decay = self.parameter_groups()
         groups = [
             {"params": decay, "weight_decay": self.hparams.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
+        groups = [group for group in groups if group["params"]]
         # The fused kernel updates every parameter in one pass: 4-5x faster than the per-tensor loop
         # PyTorch uses by default on CPU.
         fused = self.hparams.fused_adamw and self.device.type in FUSED_ADAMW_DEVICES
         betas = tuple(self.hparams.betas)
         optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, betas=betas, fused=fused)
+        if self.hparams.get("schedule", "cosine") == "constant":
+            scheduler = ConstantWarmupScheduler(optimizer, warmup=self.hparams.warmup)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
         max_iters = self.hparams.max_iters or self.trainer.estimated_stepping_batches
         if not math.isfinite(max_iters):
             raise ConfigError("cannot infer model.max_iters: set model.max_iters or trainer.max_steps")
@@ -244,6 +258,14 @@ def _check_training_hparams(h: Mapping) -> None:
     )
     unknown = sorted(set(h["metrics"]) - set(METRICS))
     require(not unknown, f"model.metrics has unknown names {unknown}; choose from {list(METRICS)}")
+    require(
+        h["schedule"] in SCHEDULES,
+        f"model.schedule={h['schedule']!r} is unknown; use {' or '.join(SCHEDULES)}",
+    )
+    require(
+        h["weight_decay_on"] in DECAYED,
+        f"model.weight_decay_on={h['weight_decay_on']!r} is unknown; use {' or '.join(DECAYED)}",
+    )
 
 
 def build_predictor(settings: Mapping, task: TaskDataModule) -> TransformerPredictor:

@@ -45,3 +45,32 @@ class CosineWarmupScheduler(LRScheduler):
         for key in ("warmup", "max_iters"):
             state.pop(key, None)
         return state
+
+
+class ConstantWarmupScheduler(LRScheduler):
+    """Linear warmup, then a constant learning rate, stepped once per optimisation step.
+
+    lr(t) = lr_0 * min(1, t / warmup).
+
+    Nanda et al. (2023) train their grokking models this way: after warmup the learning rate stays put,
+    so the late generalisation is not an artefact of a schedule decaying to zero.
+    """
+
+    def __init__(self, optimizer: Optimizer, warmup: int):
+        if warmup < 0:
+            raise ValueError(f"warmup={warmup} must be >= 0")
+        self.warmup = warmup
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        factor = self.get_lr_factor(self.last_epoch)
+        return [base_lr * factor for base_lr in self.base_lrs]
+
+    def get_lr_factor(self, epoch: int) -> float:
+        """min(1, epoch / warmup); `epoch` counts optimisation steps."""
+        return min(1.0, epoch / self.warmup) if self.warmup > 0 else 1.0
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.pop("warmup", None)
+        return state
