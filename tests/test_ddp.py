@@ -42,7 +42,11 @@ def test_ddp_run_writes_one_run_directory_from_rank_zero(ddp_run):
     assert 0 <= metrics["test/acc"] <= 1 and metrics["best_ckpt_path"] == str(
         run_dir / "checkpoints/best.ckpt"
     )
-    assert {p.name for p in (run_dir / "checkpoints").iterdir()} == {"best.ckpt", "last.ckpt"}
+    assert {p.name for p in (run_dir / "checkpoints").iterdir()} == {"best.ckpt", "last.ckpt", "snapshots"}
+    # rank 0 alone wrote the snapshots: the initial weights and each of the 4 steps, one file each
+    assert sorted(p.name for p in (run_dir / "checkpoints" / "snapshots").iterdir()) == [
+        f"step_{step:08d}.ckpt" for step in range(5)
+    ]
     # Rank 0 alone saved the config, wrote TensorBoard events (one process id) and train.log;
     # rank 1 logs to its own file.
     assert (run_dir / ".hydra" / "config.yaml").is_file()

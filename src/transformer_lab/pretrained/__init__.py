@@ -74,6 +74,33 @@ def path(name: str) -> Path:
     return file
 
 
+def snapshots(name: str) -> list[Path]:
+    """The snapshot files a model ships with (a training run's series: `python -m transformer_lab.interpret
+    ckpt_path=pretrained:<name> analysis=dynamics`), oldest first, each checked against the sha256 of its
+    record (`snapshots`: `{"directory": ..., "sha256": {file name: sha256}}`); [] for a model without."""
+    series = record(name).get("snapshots")
+    if not series:
+        return []
+    files = []
+    for file_name, expected in sorted(series["sha256"].items()):
+        file = DIRECTORY / series["directory"] / file_name
+        require(
+            file.is_file(),
+            f"the pretrained model {name!r} lists the snapshot {file} but it is missing; rebuild it with "
+            f"{RETRAIN_COMMAND} {name}",
+        )
+        with open(file, "rb") as f:
+            actual = hashlib.file_digest(f, "sha256").hexdigest()
+        require(
+            actual == expected,
+            f"the pretrained model {name!r}'s snapshot {file} has sha256 {actual}, not the {expected} of its "
+            f"record: the file was changed or damaged; reinstall the package, or rebuild it with "
+            f"{RETRAIN_COMMAND} {name}",
+        )
+        files.append(file)
+    return files
+
+
 def is_pretrained(location: str | Path) -> bool:
     """Whether a checkpoint location is `pretrained:<name>`."""
     return isinstance(location, str) and location.startswith(PREFIX)

@@ -22,6 +22,8 @@ CALLBACKS = (
     "FitTimer",
     "HeadMetricsCallback",
     "LastCheckpoint",
+    "PhaseChange",
+    "Snapshots",
     "TextSampleCallback",
 )
 # The classes a config may instantiate, by exact name; a task's `data._target_` may also name a task of

@@ -163,7 +163,16 @@ def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None) -> list[
         score = metrics.get("best_score")
         scored = f" ({metrics['metric']}={score:.4f})" if isinstance(score, int | float) else ""
         lines.append(f"  best.ckpt     {shown_path(best_ckpt)}{scored}")
+    snapshots = output_dir / "checkpoints" / "snapshots"
+    files = sorted(snapshots.glob("step_*.ckpt"))
+    if files:
+        size = sum(f.stat().st_size for f in files) / 1e6
+        lines.append(f"  snapshots     {shown_path(snapshots)}/ ({len(files)} files, {size:.1f} MB on disk)")
     lines.append(f"  TensorBoard   tensorboard --logdir {run_dir}")
     if best_ckpt:
         lines.append(f"  Explore       python -m transformer_lab.explore ckpt_path={shown_path(best_ckpt)}")
+    if files:
+        lines.append(
+            f"  Over time     python -m transformer_lab.interpret ckpt_path={run_dir} analysis=dynamics"
+        )
     return lines

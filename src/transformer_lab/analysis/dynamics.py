@@ -1,0 +1,308 @@
+"""Training dynamics: every measure of a model, over the snapshots of its run.
+
+    python -m transformer_lab.interpret ckpt_path=<run> analysis=dynamics
+
+For each snapshot (`<run>/checkpoints/snapshots/step_*.ckpt`, see `transformer_lab.snapshots`) on the
+same examples: the loss and the accuracy, each head's attention entropy and task alignment (as the
+`heads/` callback logs them), the accuracy with each head ablated, the logit lens, and the task's own
+scores (`induction`, `previous_token`, `in_context` for task=induction; Nanda et al.'s progress measures
+for task=modular_addition). Events: where each score changed fastest (its phase change).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from transformer_lab.analysis import explain, interventions, lens
+from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
+
+if TYPE_CHECKING:
+    from transformer_lab.checkpoint import Checkpoint
+
+DIRECTIONS = ("rise", "fall")
+
+
+def steepest_change(
+    steps: Sequence[int], values: Sequence[float], direction: str = "rise", min_change: float = 0.0
+) -> int | None:
+    """The index i of the interval (steps[i - 1], steps[i]) over which `values` rose (or fell) fastest per
+    unit of log(step): argmax_i ±(v_i - v_{i-1}) / (log s_i - log s_{i-1}), steps of 0 counted as 1 (on
+    a log-step axis, the steepest stretch of the curve), among the intervals where it moved by more than
+    `min_change`. None if it never does."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction={direction!r}: use rise or fall")
+    sign = 1.0 if direction == "rise" else -1.0
+    best, best_rate = None, 0.0
+    for i in range(1, len(steps)):
+        width = math.log(max(steps[i], 1)) - math.log(max(steps[i - 1], 1))
+        change = sign * (values[i] - values[i - 1])
+        if width <= 0 or not math.isfinite(change) or change <= min_change:
+            continue
+        if change / width > best_rate:
+            best, best_rate = i, change / width
+    return best
+
+
+def direction_of(name: str) -> str:
+    """`fall` for a loss (its phase change is where it drops), `rise` for any other score."""
+    return "fall" if name.endswith("loss") else "rise"
+
+
+MIN_CHANGE = 0.02  # a phase change moves a score (or a loss, in nats) by more than this between snapshots
+
+
+def event(
+    name: str, steps: Sequence[int], values: Sequence[float], direction: str | None = None
+) -> dict | None:
+    """`{"step": s, "what": "<name> rose fastest (a -> b between steps r and s)"}` at the end of the
+    steepest stretch of `values` (`steepest_change`, moving by more than MIN_CHANGE); None if there is
+    none."""
+    direction = direction or direction_of(name)
+    i = steepest_change(steps, values, direction, MIN_CHANGE)
+    if i is None:
+        return None
+    verb = "fell" if direction == "fall" else "rose"
+    return {
+        "step": int(steps[i]),
+        "what": f"{name} {verb} fastest ({values[i - 1]:.3g} -> {values[i]:.3g} between steps {steps[i - 1]} "
+        f"and {steps[i]})",
+    }
+
+
+@dataclass
+class Dynamics:
+    """The measures of every snapshot, as `dynamics.json` holds them:
+
+    steps   the snapshots' optimisation steps
+    loss    the mean cross-entropy on the examples' labelled positions
+    metric  the accuracy there (`metric_name`)
+    heads   {"<measure>": [[[value per head] per layer] per snapshot]}: entropy, alignment (where the task
+            defines it), ablation (the accuracy with that head zero-ablated), and the task's per-head scores
+    scores  {"<name>": [value per snapshot]}: the task's scores and the logit lens (`lens_<reading>`: the
+            accuracy read from the stream after the embedding, after each block)
+    events  [{"step": int, "what": str}]: where the loss fell and each score changed fastest
+    """
+
+    steps: list[int]
+    loss: list[float]
+    metric: list[float]
+    heads: dict[str, list] = field(default_factory=dict)
+    scores: dict[str, list[float]] = field(default_factory=dict)
+    events: list[dict] = field(default_factory=list)
+    layers: list[str] = field(default_factory=list)  # the attention layers' labels (L0, L1, ...)
+    metric_name: str = "acc"
+    notes: list[str] = field(
+        default_factory=list
+    )  # what the task's scores found (printed, and in the figure)
+
+    def to_dict(self) -> dict:
+        """The JSON record: steps, loss, metric, heads, scores, events."""
+        return {
+            "steps": self.steps,
+            "loss": self.loss,
+            "metric": self.metric,
+            "heads": self.heads,
+            "scores": self.scores,
+            "events": self.events,
+        }
+
+    def summary(self) -> list[str]:
+        """What the console shows: each measure at the first and last snapshot, the notes, the events."""
+        first, last = self.steps[0], self.steps[-1]
+        lines = [f"{len(self.steps)} snapshots, steps {first} to {last}:  (first -> last)"]
+        rows = {"loss": self.loss, self.metric_name: self.metric, **self.scores}
+        width = max(len(name) for name in rows)
+        lines += [f"  {name:<{width}} {values[0]:8.3f} -> {values[-1]:8.3f}" for name, values in rows.items()]
+        lines += self.notes
+        lines.append("Events (phase changes: where each changed fastest per log-step):")
+        lines += [f"  step {e['step']:>8}: {e['what']}" for e in self.events] or ["  none"]
+        return lines
+
+    def head_names(self) -> list[list[str]]:
+        """[[`L0H0`, `L0H1`, ...] per layer]."""
+        any_measure = next(iter(self.heads.values()))
+        return [
+            [f"{label}H{h}" for h in range(len(row))]
+            for label, row in zip(self.layers, any_measure[0], strict=True)
+        ]
+
+
+class TaskScores:
+    """What a task adds to the generic measures: nothing (the base class), or its own scores and per-head
+    measures. `prepare` sees the final snapshot first (e.g. to fix the key frequencies)."""
+
+    def prepare(self, final: Checkpoint) -> None:
+        pass
+
+    def measure(self, model: TokenModel) -> tuple[dict[str, float], dict[str, list[list[float]]]]:
+        """(scores by name, per-head measures by name) of one snapshot's model."""
+        return {}, {}
+
+    def notes(self) -> list[str]:
+        return []
+
+
+class InductionTaskScores(TaskScores):
+    """task=induction: per-head induction and previous-token scores (their largest in `scores`), and the
+    in-context loss difference (`analysis.induction`)."""
+
+    def __init__(self, count: int):
+        self.count = count
+        self.data = None
+
+    def prepare(self, final: Checkpoint) -> None:
+        from transformer_lab.analysis.induction import task_repeats
+
+        self.data = task_repeats(final.task, self.count, split="test").to(final.device)
+
+    def measure(self, model: TokenModel) -> tuple[dict[str, float], dict[str, list[list[float]]]]:
+        from transformer_lab.analysis.induction import induction_head_scores
+
+        result = induction_head_scores(model, self.data)
+        scores = {
+            "induction": result.best("induction"),
+            "previous_token": result.best("previous_token"),
+            "in_context": result.in_context,
+        }
+        return scores, {"induction": result.induction, "previous_token": result.previous_token}
+
+
+class ModularAdditionTaskScores(TaskScores):
+    """task=modular_addition: Nanda et al.'s progress measures over all p^2 pairs (`analysis.grokking`),
+    with the key frequencies of the final snapshot's embedding."""
+
+    def __init__(self) -> None:
+        self.task = None
+        self.frequencies: list[int] = []
+
+    def prepare(self, final: Checkpoint) -> None:
+        from transformer_lab.analysis import grokking
+
+        self.task = final.task
+        self.frequencies = grokking.key_frequencies(grokking.token_embeddings(final.model, self.task.p))
+
+    def measure(self, model: TokenModel) -> tuple[dict[str, float], dict[str, list[list[float]]]]:
+        from transformer_lab.analysis import grokking
+
+        logits = grokking.answer_logits(model, self.task)
+        embedding = grokking.token_embeddings(model, self.task.p)
+        return grokking.progress_measures(logits, embedding, self.task, self.frequencies).scores(), {}
+
+    def notes(self) -> list[str]:
+        return [f"key frequencies (final embedding): {', '.join(map(str, self.frequencies))}"]
+
+
+def task_scores(checkpoint: Checkpoint, count: int) -> TaskScores:
+    """The task's own scores, by the task of the checkpoint (its record's class)."""
+    name = checkpoint.task_name
+    if name == "Induction":
+        return InductionTaskScores(count)
+    if name == "ModularAddition":
+        return ModularAdditionTaskScores()
+    return TaskScores()
+
+
+def generic_measures(
+    model: TokenModel, inputs: tuple[Tensor, ...], labels: Tensor, expected: Tensor | None, pad_id: int | None
+) -> tuple[float, float, dict[str, list[list[float | None]]], list[float]]:
+    """(loss, accuracy, per-head measures, lens accuracies) of one model on one batch: one forward pass for
+    the loss, accuracy, entropy and alignment; one per head for the ablation table; one for the lens."""
+    layers = model.attention_layers()
+    with evaluating(model), torch.no_grad():
+        logits, cache = model.run_with_cache(*inputs, names_filter=lambda name: name.endswith("hook_pattern"))
+    loss = float(F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX))
+    heads: dict[str, list] = {"entropy": []}
+    if expected is not None:
+        heads["alignment"] = []
+    for layer in layers:
+        pattern = cache[f"{layer.name}.hook_pattern"]
+        queries = inputs[layer.queries]
+        query_mask = None if pad_id is None else queries != pad_id
+        heads["entropy"].append(explain.attention_entropy(pattern, query_mask).tolist())
+        if expected is not None:
+            aligned = layer.reads_source and expected.shape[-1] == pattern.shape[-1]
+            row = explain.alignment_mass(pattern, expected).tolist() if aligned else [None] * pattern.size(1)
+            heads["alignment"].append(row)
+    with torch.no_grad():
+        heads["ablation"] = interventions.ablate_heads(model, inputs, labels).ablated
+        readings = lens.lens_accuracy(model, inputs, labels).layers
+    return loss, interventions.accuracy(logits, labels), heads, readings
+
+
+def lens_names(layers: int) -> list[str]:
+    """`lens_embed`, `lens_L0`, ...: the logit lens read after the embedding and after each block."""
+    return ["lens_embed", *(f"lens_L{i}" for i in range(layers))]
+
+
+def over_snapshots(
+    location: str,
+    count: int = 256,
+    device: str | torch.device = "cpu",
+    data_path: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Dynamics:
+    """Every measure of every snapshot of a run (a run directory or `pretrained:<name>`), on the first
+    `count` test examples of its task (the same for all), and the events (`event`)."""
+    from transformer_lab import snapshots
+    from transformer_lab.checkpoint import load
+
+    found = snapshots.find(location)
+    final = load(found[-1].path, device=device, data_path=data_path)
+    inputs, labels = final.examples(count, exact=False)
+    expected = final.task.alignment(inputs, labels)
+    own = task_scores(final, count)
+    own.prepare(final)
+    layers = final.model.attention_layers()
+    result = Dynamics([], [], [], layers=[layer.label for layer in layers])
+    for number, snapshot in enumerate(found, 1):
+        checkpoint = (
+            final if snapshot is found[-1] else load(snapshot.path, device=device, data_path=data_path)
+        )
+        model = checkpoint.model
+        loss, metric, heads, readings = generic_measures(model, inputs, labels, expected, final.config.pad_id)
+        scores, task_heads = own.measure(model)
+        result.steps.append(snapshot.step)
+        result.loss.append(loss)
+        result.metric.append(metric)
+        for name, value in {**heads, **task_heads}.items():
+            result.heads.setdefault(name, []).append(value)
+        for name, value in {
+            **scores,
+            **dict(zip(lens_names(len(readings) - 1), readings, strict=True)),
+        }.items():
+            result.scores.setdefault(name, []).append(value)
+        if progress is not None:
+            progress(f"step {snapshot.step:>8}: loss {loss:.3f}  acc {metric:.3f} ({number}/{len(found)})")
+    result.notes = own.notes()
+    result.events = find_events(result, task_heads=list(task_heads))
+    return result
+
+
+def find_events(result: Dynamics, task_heads: Sequence[str] = (), formed: float = 0.3) -> list[dict]:
+    """Where the loss fell and the accuracy rose fastest, where each of the task's scores changed fastest
+    (not the lens readings: they follow the accuracy), and where each head whose task score reaches
+    `formed` rose fastest (which head formed first), in order of step."""
+    steps = result.steps
+    found = [
+        event("loss", steps, result.loss, "fall"),
+        event(result.metric_name, steps, result.metric, "rise"),
+    ]
+    for name, values in result.scores.items():
+        if name.startswith("lens_") or values in (result.loss, result.metric):
+            continue
+        found.append(event(name, steps, values))
+    for measure in task_heads:
+        series = result.heads[measure]  # [snapshot][layer][head]
+        for layer, label in enumerate(result.layers):
+            for head in range(len(series[0][layer])):
+                values = [snapshot[layer][head] for snapshot in series]
+                if max(values) >= formed:
+                    found.append(event(f"{label}H{head} {measure} score", steps, values, "rise"))
+    return sorted((e for e in found if e is not None), key=lambda e: e["step"])

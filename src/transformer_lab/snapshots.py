@@ -1,0 +1,89 @@
+"""The snapshots of a run: the model at log-spaced steps (the `Snapshots` callback, on by default).
+
+    <run>/checkpoints/snapshots/step_00000000.ckpt ... step_00004000.ckpt
+
+    find("saved_models/induction/<run>")          every snapshot of the run, oldest first
+    find("pretrained:induction_heads")            a shipped series (its files checked against their sha256)
+    nearest("saved_models/induction/<run>", 1000) the snapshot nearest step 1000
+
+Each file is an ordinary checkpoint (`transformer_lab.load(snapshot.path)`). Imports no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformer_lab import pretrained
+from transformer_lab.errors import require
+
+FOLDER = Path("checkpoints") / "snapshots"
+NAME = re.compile(r"step_(\d{8})\.ckpt")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One snapshot: the optimisation step it was taken at and its file."""
+
+    step: int
+    path: Path
+
+
+def folder(location: str | Path) -> Path | None:
+    """The snapshots folder a location names: a run directory (its checkpoints/snapshots), the folder
+    itself, or a checkpoint file of a run (best.ckpt, last.ckpt, a snapshot); None where there is none."""
+    path = Path(location).expanduser()
+    candidates = [path / FOLDER, path] if path.is_dir() else []
+    if path.is_file():
+        parent = path.parent
+        candidates = [parent] if parent.name == "snapshots" else [parent / "snapshots"]
+    return next(
+        (c for c in candidates if c.is_dir() and any(NAME.fullmatch(f.name) for f in c.iterdir())), None
+    )
+
+
+def find(location: str | Path) -> list[Snapshot]:
+    """Every snapshot of a run directory (or of `pretrained:<name>`), oldest first; a one-line error where
+    there are none."""
+    if pretrained.is_pretrained(location):
+        name = str(location).removeprefix(pretrained.PREFIX)
+        files = pretrained.snapshots(name)
+        with_series = [n for n, r in pretrained.records().items() if r.get("snapshots")]
+        require(
+            bool(files),
+            f"{location} has no snapshots (only its final weights); the ready-made models with a series "
+            f"of snapshots are {', '.join('pretrained:' + n for n in with_series) or 'none'}",
+        )
+    else:
+        found = folder(location)
+        require(
+            found is not None,
+            f"ckpt_path={location} has no snapshots ({FOLDER}/step_*.ckpt); pass the directory of a run "
+            "trained with the snapshots callback (on by default: callbacks.snapshots.count > 0), or "
+            "pretrained:induction_heads",
+        )
+        files = [f for f in found.iterdir() if NAME.fullmatch(f.name)]
+    snapshots = [Snapshot(int(NAME.fullmatch(f.name).group(1)), f) for f in files]
+    return sorted(snapshots, key=lambda s: s.step)
+
+
+def nearest(location: str | Path, step: int) -> Snapshot:
+    """The snapshot of `location` nearest optimisation step `step` (the earlier one on a tie); a one-line
+    error for a step before 0 or after the run's last snapshot."""
+    snapshots = find(location)
+    last = snapshots[-1].step
+    require(
+        isinstance(step, int) and 0 <= step <= last,
+        f"step={step} is beyond the run: its snapshots go from step {snapshots[0].step} to step {last}; "
+        f"use step=0..{last}",
+    )
+    return min(snapshots, key=lambda s: (abs(s.step - step), s.step))
+
+
+def at_step(location: str | Path, step: int | None) -> str:
+    """`step=N` of a tool: the file of the snapshot of `location` nearest step N, said in one line."""
+    require(step is not None, "step= needs a number, e.g. step=1000")
+    snapshot = nearest(location, step)
+    print(f"step={step}: the snapshot at step {snapshot.step} ({snapshot.path})")
+    return str(snapshot.path)

@@ -1,0 +1,159 @@
+"""Snapshots: the model kept at log-spaced steps of a run, so every analysis can be run over time.
+
+    <run>/checkpoints/snapshots/step_00000000.ckpt, step_00000001.ckpt, ..., step_00004000.ckpt
+
+Each file holds what a shipped pretrained file holds (`checkpoint_io.SHIPPED_KEYS`: the config, the `net.`
+weights, the task's record; no optimizer state), written atomically, so `load_model`,
+`transformer_lab.load` and every tool read it like any checkpoint, and
+`python -m transformer_lab.interpret ckpt_path=<run> analysis=dynamics` reads them all.
+"""
+
+import logging
+import math
+from pathlib import Path
+
+import lightning as L
+
+from transformer_lab.errors import require
+from transformer_lab.training.checkpoint_io import save_atomically, shippable
+
+log = logging.getLogger(__name__)
+
+SPACINGS = ("log", "linear")
+FILE_PATTERN = "step_{step:08d}.ckpt"
+
+
+def snapshot_name(step: int) -> str:
+    """`step_00001234.ckpt`: the file name of the snapshot at optimisation step `step`."""
+    return FILE_PATTERN.format(step=step)
+
+
+def snapshot_steps(total: int, count: int, spacing: str = "log") -> list[int]:
+    """The `count` distinct optimisation steps in [0, total] a run of `total` steps keeps, always with the
+    last (and, for two or more, the first: the initial weights, step 0).
+
+    log:    0, then count - 1 steps s_i ~ total^((i - 1) / (count - 2)), i = 1 .. count - 1 (from 1 to
+            total, evenly spaced in log(step)), each moved up to stay above the one before;
+    linear: round(i * total / (count - 1)), i = 0 .. count - 1.
+    Every step when count > total.
+    """
+    if count <= 0 or total < 0:
+        return []
+    if count > total:
+        return list(range(total + 1))
+    if count == 1:
+        return [total]
+    if spacing == "linear":
+        return [round(i * total / (count - 1)) for i in range(count)]
+    steps = [0]
+    logs = count - 1  # the log-spaced steps after 0, from 1 to total
+    for i in range(1, count):
+        target = round(total ** ((i - 1) / (logs - 1))) if logs > 1 else total
+        lowest, highest = steps[-1] + 1, total - (count - 1 - i)  # room for the steps still to come
+        steps.append(min(max(target, lowest), highest))
+    return steps
+
+
+def powers_of_two(count: int) -> list[int]:
+    """0, 1, 2, 4, 8, ...: `count` log-spaced steps for a run whose length is not known in advance."""
+    return [0, *(2**i for i in range(count - 1))] if count > 0 else []
+
+
+class Snapshots(L.Callback):
+    """Keep the model at `count` steps of the run, `spacing` apart (`log`: dense early, where most
+    changes happen, sparse late; `linear`: evenly), in `<dirpath>/step_{global_step:08d}.ckpt`.
+
+    The steps are `snapshot_steps(total, count, spacing)` over the run's optimisation steps (trainer's
+    max_steps, or its epochs x batches); step 0 is the initial weights, saved before training. A run
+    whose length cannot be known (an endless dataset without max_steps) keeps steps 0, 1, 2, 4, 8, ...
+    and its last. The schedule is saved in last.ckpt: a resumed run keeps the steps it already passed and
+    continues with the same schedule (over its new length, if that changed), so no step is written twice
+    and none is skipped. A run that stops before its planned end (early stopping, max_time) also keeps its
+    last step. `count=0` (or `~callbacks.snapshots`) keeps none. Only rank 0 writes.
+    """
+
+    def __init__(self, dirpath: str, count: int = 32, spacing: str = "log"):
+        require(
+            isinstance(count, int) and not isinstance(count, bool) and count >= 0,
+            f"callbacks.snapshots.count={count!r} must be an integer >= 0 (0 keeps no snapshots; "
+            "~callbacks.snapshots removes the callback)",
+        )
+        require(
+            spacing in SPACINGS,
+            f"callbacks.snapshots.spacing={spacing!r} is unknown; use {' or '.join(SPACINGS)}",
+        )
+        self.dirpath = Path(dirpath)
+        self.count = count
+        self.spacing = spacing
+        self.steps: list[int] = []  # the schedule of this run
+        self.saved: set[int] = set()  # the steps this process wrote
+        self._restored: list[int] | None = None  # the schedule of the run this one resumes
+        self._open_ended = False
+
+    # ------------------------------------------------------------------------------ the schedule
+    def state_dict(self) -> dict:
+        return {"steps": list(self.steps), "count": self.count, "spacing": self.spacing}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        steps = state_dict.get("steps")
+        if isinstance(steps, list) and all(isinstance(s, int) for s in steps):
+            self._restored = steps
+
+    def schedule(self, trainer: L.Trainer) -> list[int]:
+        """The steps this run keeps: its own schedule, after the steps the resumed run already passed."""
+        total = trainer.estimated_stepping_batches
+        self._open_ended = not math.isfinite(total)
+        planned = (
+            powers_of_two(self.count)
+            if self._open_ended
+            else snapshot_steps(int(total), self.count, self.spacing)
+        )
+        if self._restored is None:
+            return planned
+        done = trainer.global_step
+        return [s for s in self._restored if s <= done] + [s for s in planned if s > done]
+
+    def due(self, step: int) -> bool:
+        """Whether a snapshot is kept at optimisation step `step`."""
+        if step in self.saved:
+            return False
+        if self._open_ended:
+            return step in self.steps or (len(self.saved) < self.count and step & (step - 1) == 0)
+        return step in self.steps
+
+    # --------------------------------------------------------------------------------- writing
+    def _active(self, trainer: L.Trainer) -> bool:
+        return self.count > 0 and not trainer.fast_dev_run and not trainer.sanity_checking
+
+    def save(self, trainer: L.Trainer) -> Path:
+        """Write the snapshot of this step (rank 0 only): the checkpoint Lightning would write, stripped to
+        what a shipped file keeps."""
+        step = trainer.global_step
+        path = self.dirpath / snapshot_name(step)
+        if trainer.is_global_zero:
+            contents = trainer._checkpoint_connector.dump_checkpoint(weights_only=True)
+            save_atomically(shippable(contents), path)
+        self.saved.add(step)
+        return path
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.count == 0:
+            return
+        self.steps = self.schedule(trainer)
+        if self._active(trainer) and trainer.global_step == 0 and self.due(0):
+            self.save(trainer)  # the initial weights
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if self._active(trainer) and self.due(trainer.global_step):
+            self.save(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        step = trainer.global_step
+        if self._active(trainer) and not trainer.interrupted and step not in self.saved and step > 0:
+            self.save(trainer)  # stopped before the planned end (early stopping, max_time, endless data)
+
+
+def disk_use(dirpath: str | Path) -> tuple[int, int]:
+    """(number of snapshot files, their total bytes) in a snapshots folder."""
+    files = list(Path(dirpath).glob("step_*.ckpt"))
+    return len(files), sum(f.stat().st_size for f in files)
