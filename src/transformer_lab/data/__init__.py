@@ -1,6 +1,7 @@
 """One module per task (dataset + datamodule), the task base class and the tokenizer."""
 
 from transformer_lab.data.induction import InductionDataModule
+from transformer_lab.data.modular_addition import ModularAdditionDataModule
 from transformer_lab.data.reverse import ReverseDataModule
 from transformer_lab.data.seq2seq import Seq2SeqDataModule
 from transformer_lab.data.shakespeare import ShakespeareDataModule
@@ -11,6 +12,7 @@ from transformer_lab.data.tokenizer import Tokenizer
 __all__ = [
     "IGNORE_INDEX",
     "InductionDataModule",
+    "ModularAdditionDataModule",
     "ReverseDataModule",
     "Seq2SeqDataModule",
     "ShakespeareDataModule",
