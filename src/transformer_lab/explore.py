@@ -104,8 +104,8 @@ def load_snapshots(files: list[Path], checkpoint: Checkpoint, device: torch.devi
 
     series = []
     for file in files:
-        if checkpoint.file is not None and file.resolve() == checkpoint.file.resolve():
-            continue
+        if _step(file) == checkpoint.global_step:
+            continue  # the checkpoint itself stands for the snapshot of its step
         snapshot = load(file, device=device)
         series.append(Snapshot(_step(file), f"step {_step(file)}", snapshot.model))
     step = checkpoint.global_step

@@ -1405,8 +1405,10 @@
     }
     parts.push(text.slice(at) + " ");
     backdrop.replaceChildren(...parts);
-    backdrop.scrollLeft = $("input-box").scrollLeft;
-    $("input-box").setAttribute("aria-invalid", marks.length ? "true" : "false");
+    const box = $("input-box");
+    box.rows = Math.min(6, Math.max(1, text.split("\n").length, Math.ceil(text.length / 110)));
+    backdrop.scrollTop = box.scrollTop;
+    box.setAttribute("aria-invalid", marks.length ? "true" : "false");
   }
 
   function say(text, bad = false) {
@@ -1858,21 +1860,12 @@
       },
       setStep: (index) => setStep(index),
       steps: live.series ? live.series.steps.slice() : null,
-      get step() {
-        return live.step;
-      },
       patchToken: (position) => runPatching(position),
-      get patch() {
-        return live.patch;
-      },
-      get inputs() {
-        return live.inputs;
-      },
-      get problem() {
-        return live.problem;
-      },
       model: at,
     });
+    // what changes as the student works: read at the time it is asked for
+    const now = { step: () => live.step, patch: () => live.patch, inputs: () => live.inputs, problem: () => live.problem };
+    for (const [name, get] of Object.entries(now)) Object.defineProperty(api, name, { get, enumerable: true });
     window.transformerLab = api;
   }
 
@@ -1883,8 +1876,11 @@
     const series = LIVE.series;
     const first = series ? series.current : 0;
     const T = LIVE.input.inputs.reduce((n, ids) => Math.max(n, ids.length), 0);
+    // window.transformerLabOptions = {worker: true | false} (set before the page loads) overrides the choice
+    const options = window.transformerLabOptions || {};
+    const useWorker = typeof Worker !== "undefined" && (options.worker ?? cost(T) > WORKER_COST);
     live = {
-      engine: new Engine(cost(T) > WORKER_COST && typeof Worker !== "undefined"),
+      engine: new Engine(useWorker),
       index: new Map(LIVE.spec.vocab.map((t, i) => [t, i])),
       removed: new Set(),
       method: "zero",
@@ -1907,7 +1903,7 @@
     const box = $("input-box");
     box.value = LIVE.input.text;
     box.addEventListener("input", () => update().catch(fail));
-    box.addEventListener("scroll", () => ($("input-backdrop").scrollLeft = box.scrollLeft));
+    box.addEventListener("scroll", () => ($("input-backdrop").scrollTop = box.scrollTop));
     if (LIVE.spec.generates && LIVE.input.mode === "tokens") {
       $("generate-controls").hidden = false;
       $("gen-count").max = LIVE.spec.config.max_len;
@@ -1967,6 +1963,7 @@
       (api.check ? `; on the first input its logits agree with PyTorch's to ${api.check.relative.toExponential(1)} of their scale.` : ".") +
       (LIVE.notes.length ? ` ${LIVE.notes.join("; ")}.` : "");
     api.loadMs = performance.now() - t0;
+    api.worker = Boolean(live.engine.worker);
     document.body.dataset.live = "true";
   }
 
@@ -2037,6 +2034,8 @@
     bind();
     $("kind-select").value = state.kind;
     show(view && DRAW[view] && view !== "patching" ? view : "head");
+    const scroller = document.querySelector(".head-scroll"); // the chosen query in sight
+    if (state.view === "head" && state.selected && head) scroller.scrollTop = Math.max(0, rowY(state.selected.index) - scroller.clientHeight / 2);
     window.explorerRenderMs = performance.now() - START;
     window.explorerLoadMs = performance.now(); // from the start of navigation: the HTML's parsing included
     document.body.dataset.ready = "true";
