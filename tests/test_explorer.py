@@ -376,3 +376,93 @@ def test_script_text_on_a_character_model_labels_the_next_character(script, tmp_
     assert [row["reads"] for row in rows] == list("ROMEO: I")
     assert [row["label"] for row in rows] == [*"OMEO: I", None]
     assert data["summary"]["join"] == "" and data["title"].endswith('text "ROMEO: I"')
+
+
+# ------------------------------------------------------------------------------------- the live page
+def test_live_page_holds_the_model_and_what_its_interventions_need():
+    """A live page carries the weights (tied ones once), the structure read through the models' shared
+    interface, the mean z per layer and position over the reference batch, and PyTorch's logits for
+    the first input (the page checks itself against them)."""
+    from transformer_lab.explorer.live import unpack_values
+
+    torch.manual_seed(0)
+    model = gpt_decoder(12, num_layers=2, num_heads=2).eval()
+    reference = torch.randint(0, 12, (5, 8))
+    live = page_data(explore(model, [1, 2, 3, 4], ablation=False, reference=reference))["live"]
+    spec = live["spec"]
+    assert [s["prefix"] for s in spec["stacks"]] == [""] and spec["stacks"][0]["causal"]
+    assert [layer["name"] for layer in spec["layers"]] == ["blocks.0.attn", "blocks.1.attn"]
+    offsets = {name: offset for name, offset, _ in live["weights"]["manifest"]}
+    assert offsets["embed.weight"] == offsets["unembed.weight"]  # tied: stored once
+    weights = unpack_values(live["weights"])
+    state = model.state_dict()
+    for name, offset, shape in live["weights"]["manifest"]:
+        size = int(np.prod(shape))
+        assert np.array_equal(weights[offset : offset + size], state[name].reshape(-1).numpy())
+    means = unpack_values(live["means"])
+    with torch.no_grad():
+        _, cache = model.run_with_cache(reference)
+    assert np.allclose(means[: 8 * 32], cache["blocks.0.attn.hook_z"].mean(0).reshape(-1).numpy(), atol=1e-6)
+    box = live["input"]
+    assert (box["mode"], box["tokens"], box["inputs"], box["label_rule"]) == (
+        "tokens",
+        [1, 2, 3, 4],
+        [[1, 2, 3, 4]],
+        "next",
+    )
+    with torch.no_grad():
+        logits = model(torch.tensor([[1, 2, 3, 4]]))[0]
+    assert np.allclose(unpack_values(live["check"]).reshape(4, 12), logits.numpy())
+
+
+def test_a_source_is_the_box_of_a_sequence_to_sequence_model():
+    model = encoder_decoder()
+    live = page_data(explore(model, [[5, 6, 7, 8]], ablation=False))["live"]
+    assert live["input"]["mode"] == "source" and live["input"]["tokens"] == [5, 6, 7, 8]
+    assert live["input"]["specials"] == [PAD, BOS, EOS] and live["spec"]["numInputs"] == 2
+    assert [s["prefix"] for s in live["spec"]["stacks"]] == ["encoder.", "decoder."]
+    assert [layer["label"] for layer in live["spec"]["layers"]] == ["E0", "E1", "D0", "X0", "D1", "X1"]
+
+
+def test_a_model_over_the_budget_or_with_unknown_parts_gets_the_precomputed_page():
+    torch.manual_seed(0)
+    model = encoder_classifier(10, num_layers=1)
+    page = explore(model, [1, 2, 3], weight_budget=10_000)
+    assert "more than the 0.01 MB a page may hold (weights=float16 halves them)" in page.live_note
+    assert page_data(page)["live"] is None and page_data(page)["live_note"] == page.live_note
+    model.register_parameter("extra", torch.nn.Parameter(torch.zeros(3)))  # a part the page cannot run
+    assert "a weight the page's forward pass does not know (extra)" in explore(model, [1, 2, 3]).live_note
+    assert page_data(explore(model, [1, 2, 3], live=False))["live"] is None
+
+
+def test_float16_weights_halve_the_page_and_are_the_rounded_models():
+    from transformer_lab.explorer.live import live_model, rounded_model, unpack_values
+
+    torch.manual_seed(0)
+    model = gpt_decoder(12)
+    full, half = live_model(model), live_model(model, dtype="float16")
+    assert half.chars < 0.6 * full.chars
+    rounded = rounded_model(model, "float16")
+    values = unpack_values(half.weights)
+    for name, offset, shape in half.weights["manifest"]:
+        size = int(np.prod(shape))
+        assert np.array_equal(values[offset : offset + size], rounded.state_dict()[name].reshape(-1).numpy())
+    with pytest.raises(ValueError, match="weights='float64' is unknown"):
+        live_model(model, dtype="float64")
+
+
+def test_script_live_and_weights_arguments(script, checkpoints, tmp_path, capsys, monkeypatch):
+    encoder = f"ckpt_path={checkpoints['encoder']}"
+    out = tmp_path / "page.html"
+    script.main([encoder, f"out={out}", "weights=float16"])
+    assert "live page" in capsys.readouterr().out
+    assert page_data(out.read_text())["live"]["weights"]["dtype"] == "float16"
+    script.main([encoder, f"out={out}", "live=false"])
+    assert page_data(out.read_text())["live"] is None
+    monkeypatch.setattr("transformer_lab.explorer.live.WEIGHT_BUDGET", 1000)
+    script.main([encoder, f"out={out}"])
+    printed = capsys.readouterr()
+    assert printed.err.startswith("note: the page shows the precomputed views only: its weights take")
+    assert "live page" not in printed.out and page_data(out.read_text())["live"] is None
+    assert "live=maybe is not true or false" in _fails(script, [encoder, "live=maybe", f"out={out}"], capsys)
+    assert "weights=float64 is unknown" in _fails(script, [encoder, "weights=float64", f"out={out}"], capsys)

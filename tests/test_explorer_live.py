@@ -318,6 +318,8 @@ def pretrained_pages(tmp_path_factory) -> dict[str, tuple]:
         inputs, labels = checkpoint.without_padding(*checkpoint.example(0))
         page = explore(checkpoint, inputs, labels, title=name, ablation=False)
         assert page.live_note is None, page.live_note
+        weights = page_data(page)["live"]["chars"]  # the budgets: < 5 MB precomputed, <= 20 MB weights
+        assert len(page.encode()) - weights < 5_000_000 and weights <= 20_000_000
         path = folder / f"{name}.html"
         page.save(path)
         pages[name] = (checkpoint, path)
@@ -609,6 +611,20 @@ def test_web_worker_runs_the_views(reverse_page, opened):
     with evaluating(checkpoint.model):
         expected = checkpoint.model(tokens)[0].argmax(-1).tolist()
     assert [t for t, _ in top_predictions(live)] == [checkpoint.model.vocab[i] for i in expected]
+    assert live.errors == []
+
+
+def test_float16_page_runs_the_rounded_model(arch_pages, opened, tmp_path):
+    """weights=float16 (opt-in): the page is exact for the model with the same rounded weights."""
+    from transformer_lab.explorer.live import rounded_model
+
+    model = arch_pages["decoder"][0]
+    path = tmp_path / "half.html"
+    explore(model, [3, 4, 5, 6], ablation=False, weights="float16").save(path)
+    live = opened(path)
+    inputs = inputs_for(model, 2)
+    compare(live, rounded_model(model, "float16"), inputs)
+    assert "as float16" in live.page.inner_text("#live-status")
     assert live.errors == []
 
 

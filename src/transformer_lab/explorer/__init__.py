@@ -25,8 +25,9 @@ from torch import Tensor
 
 from transformer_lab.analysis.arguments import as_model
 from transformer_lab.errors import ConfigError
+from transformer_lab.explorer import live as live_module
 from transformer_lab.explorer.collect import ExplorerData, explorer_data
-from transformer_lab.explorer.live import LABEL_RULES, WEIGHT_BUDGET, Snapshot, live_payload
+from transformer_lab.explorer.live import LABEL_RULES, Snapshot, live_payload
 from transformer_lab.explorer.page import ExplorerPage, render, write_page
 from transformer_lab.nn import TokenModel
 
@@ -71,7 +72,7 @@ def explore(
     reference: Tensor | tuple[Tensor, ...] | None = None,
     snapshots: Sequence[Snapshot] | None = None,
     weights: str = "float32",
-    weight_budget: int = WEIGHT_BUDGET,
+    weight_budget: int | None = None,
 ) -> ExplorerPage:
     """The explorer page for one input of `model` (any model of `transformer_lab.nn`, or a checkpoint
     loaded with `transformer_lab.load`, whose task then names the outputs).
@@ -80,11 +81,11 @@ def explore(
     target; given the source alone, it is explained on the output it writes greedily). labels: the
     expected output at each output position (-100 where none), to mark each prediction right or wrong.
     title: the page's heading. ablation: include the head-ablation table (one forward pass per head).
-    live: put the model in the page (its weights, at most `weight_budget` characters; `weights="float16"`
-    halves them) so that the page runs it; a model over the budget gets the precomputed page with a note
-    saying why (`page.live_note`). reference: the batch whose mean z replaces a head in mean ablation
-    (default: a checkpoint's first 512 test examples, else the input). snapshots: the same model at other
-    training steps, for the page's step slider.
+    live: put the model in the page so that the page runs it (its weights take at most `weight_budget`
+    characters, default `live.WEIGHT_BUDGET`, 20 MB; `weights="float16"` halves them); a model over the
+    budget gets the precomputed page with a note saying why (`page.live_note`). reference: the batch
+    whose mean z replaces a head in mean ablation (default: a checkpoint's first 512 test examples, else
+    the input). snapshots: the same model at other training steps, for the page's step slider.
     Returns the HTML as an `ExplorerPage` (a str; `.save(path)` writes it).
     """
     names = getattr(model, "output_names", None)  # a Checkpoint knows its task's class names
@@ -105,7 +106,7 @@ def explore(
         reference=reference or facts.get("reference") or inputs,
         snapshots=list(snapshots) if snapshots else None,
         dtype=weights,
-        budget=weight_budget,
+        budget=weight_budget or live_module.WEIGHT_BUDGET,
         separator=facts.get("separator"),
         label_rule=facts.get("label_rule"),
         output_names=names,

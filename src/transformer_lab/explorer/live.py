@@ -201,7 +201,7 @@ def live_model(
 
 def _over_budget(chars: int, budget: int) -> str:
     return (
-        f"its weights take {chars / 1e6:.1f} MB in the page, more than the {budget / 1e6:.0f} MB a page may "
+        f"its weights take {chars / 1e6:.1f} MB in the page, more than the {budget / 1e6:g} MB a page may "
         "hold (weights=float16 halves them)"
     )
 
@@ -268,7 +268,7 @@ def live_payload(
             own = len(packed) - 1
         chosen = _thin(sizes, own, budget)
         if len(chosen) < len(packed):
-            room = f"{budget / 1e6:.0f} MB"
+            room = f"{budget / 1e6:g} MB"
             notes.append(f"{len(chosen)} of {len(packed)} snapshots fit in the page's {room} for weights")
         series = {
             "steps": [packed[i][0].step for i in chosen],
@@ -315,3 +315,10 @@ def live_payload(
         },
     }
     return payload, None
+
+
+def unpack_values(packed: dict) -> np.ndarray:
+    """The values of a packed buffer (weights, means or logits) as the page reads them, as float32."""
+    raw = zlib.decompress(base64.b64decode(packed["data"]))
+    dtype = np.dtype("<f2") if packed.get("dtype") == "float16" else np.dtype("<f4")
+    return np.frombuffer(raw, dtype=dtype).astype(np.float32)
