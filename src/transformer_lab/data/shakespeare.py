@@ -234,6 +234,28 @@ class ShakespeareDataModule(TaskDataModule):
         labels[:, :-1] = ids[:, 1:]
         return (ids,), labels
 
+    def corrupted_pairs(self, count: int, position: int = 0, split: str = "test") -> tuple[tuple, tuple]:
+        """The first `count` windows of a split, and copies with the character `position` places before
+        the last (0: the last one) replaced by another character of the vocabulary (drawn with a fixed
+        seed). Labels: the next character after each window at the last position only (-100 elsewhere),
+        the same in both: the corrupted text has no answer of its own, so a circuit of this corruption is
+        measured by KL divergence to the clean next-character distribution (`metric=kl`)."""
+        require(split in ("val", "test"), f"split={split!r} must be val or test")
+        require(
+            isinstance(position, int) and 0 <= position < self.block_size,
+            f"position={position!r} is not a place in the window: use 0 (the last character) to "
+            f"{self.block_size - 1}",
+        )
+        (inputs,), next_characters = self.examples(count, split=split)
+        labels = torch.full_like(next_characters, IGNORE_INDEX)
+        labels[:, -1] = next_characters[:, -1]
+        column = inputs.size(1) - 1 - position
+        generator = torch.Generator().manual_seed(self.seed)
+        shift = torch.randint(1, len(self.vocab), (len(inputs),), generator=generator)
+        corrupted = inputs.clone()
+        corrupted[:, column] = (inputs[:, column] + shift) % len(self.vocab)
+        return (inputs, labels), (corrupted, labels.clone())
+
     def _loader(self, dataset: Dataset) -> DataLoader:
         return DataLoader(
             dataset,
