@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> None:
     for number, name in enumerate(args.names, 1):
         print(f"[{number}/{len(args.names)}] {name}: {pretrained.command(name)}", flush=True)
         model_start = time.perf_counter()
-        if args.remeasure:
+        hand_built = pretrained.record(name).get("hand_built")  # an answer key: built, not trained
+        if hand_built and not args.remeasure:
+            from transformer_lab.pretrained import answer_keys
+
+            answer_keys.main([name])
+        elif args.remeasure:
             remeasure(name)
         elif args.from_run is not None:
             run_dir = Path(args.from_run)

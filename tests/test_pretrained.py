@@ -35,7 +35,8 @@ SIZES = {"reverse": (1, 1), "reverse_2l4h": (2, 4), "sort": (2, 4), "shakespeare
 
 
 def test_every_listed_model_is_shipped_and_all_are_a_few_mb():
-    assert pretrained.names() == list(SHIPPED)
+    trained = [name for name in pretrained.names() if not pretrained.record(name).get("hand_built")]
+    assert trained == list(SHIPPED)  # the hand-built answer keys: tests/test_answer_keys.py
     total = 0
     for name in SHIPPED:
         record, file = pretrained.record(name), pretrained.path(name)

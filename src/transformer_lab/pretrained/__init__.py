@@ -26,6 +26,7 @@ DIRECTORY = Path(__file__).resolve().parent
 RECORDS = DIRECTORY / "models.json"
 LIST_COMMAND = "python -m transformer_lab.pretrained"
 RETRAIN_COMMAND = "python scripts/pretrain.py"
+BUILD_COMMAND = "python -m transformer_lab.pretrained.answer_keys"  # the hand-built answer keys
 # The tests re-measure each model on the first CHECK_BATCHES batches of its test split (seconds on a CPU;
 # the whole split, 10,000 generated outputs for sort, takes minutes on a busy one).
 CHECK_BATCHES = 10
@@ -115,8 +116,11 @@ def resolve(location: str | Path) -> Path:
 
 def command(name: str) -> str:
     """The command that trained model `name` (`python train.py` in a checkout is
-    `python -m transformer_lab.train` anywhere)."""
-    return " ".join(["python train.py", *record(name)["overrides"]])
+    `python -m transformer_lab.train` anywhere), or built it: a hand-built answer key."""
+    entry = record(name)
+    if entry.get("hand_built"):
+        return f"hand-built: {BUILD_COMMAND} {name}"
+    return " ".join(["python train.py", *entry["overrides"]])
 
 
 def headline(name: str) -> str:
