@@ -339,15 +339,32 @@ def test_every_pretrained_model_runs_in_its_page(pretrained_pages, opened, name)
         compare(live, model, inputs)
     if model.generates:
         inputs, _ = checkpoint.without_padding(*checkpoint.example(4))
-        if model.num_inputs == 2:
-            expected = model.answer(inputs[0])[0].tolist()
-            got = live.api("window.transformerLab.answer(args[0])", inputs[0][0].tolist())
+        source = inputs[0] if model.num_inputs == 2 else None
+        if source is not None:
+            expected = model.answer(source)[0].tolist()
+            got = live.api("window.transformerLab.answer(args[0])", source[0].tolist())
         else:
             prompt = inputs[0][:, : min(8, inputs[0].size(1))]
             expected = model.generate(prompt, 24, temperature=0)[0].tolist()
             got = live.api("window.transformerLab.generate(args[0], {maxNewTokens: 24})", prompt[0].tolist())
-        assert got == expected
+        assert same_or_tied(model, expected, got, source)
     assert live.errors == []
+
+
+def same_or_tied(model, expected: list[int], got: list[int], source: torch.Tensor | None = None) -> bool:
+    """Greedy outputs are identical, or part where PyTorch's own logits tie (their two largest within
+    1e-5 of their scale: hand-set models, such as the answer-key ones, tie exactly, and float rounding
+    then picks a winner that no two implementations need agree on)."""
+    if got == expected:
+        return True
+    first = next(i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b)
+    with evaluating(model):
+        if source is None:
+            logits = model(torch.tensor([expected[:first]]))[0, -1]
+        else:  # an encoder-decoder's output after <bos>
+            logits = model(source, torch.tensor([[model.bos_id, *expected[:first]]]))[0, -1]
+    top = logits.topk(2).values
+    return float(top[0] - top[1]) <= 1e-5 * float(logits.abs().max())
 
 
 # ------------------------------------------------------------------------------- the student's page

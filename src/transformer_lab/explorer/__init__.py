@@ -115,6 +115,7 @@ def explore(
     page = render(data, heading, live=section, live_note=note)
     page.live_note = note
     page.steps = len(section["series"]["steps"]) if section and section["series"] else 0
+    page.weight_chars = section["chars"] if section else 0
     return page
 
 

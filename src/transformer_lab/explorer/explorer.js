@@ -203,9 +203,16 @@
 
   // ------------------------------------------------------------------- labelled heatmap (canvas)
   const measurer = document.createElement("canvas").getContext("2d");
+  const widths = new Map(); // font + text -> width: the same tokens are measured at every update
   function textWidth(text, font) {
-    measurer.font = font;
-    return measurer.measureText(text).width;
+    const key = `${font}\u0000${text}`;
+    let width = widths.get(key);
+    if (width === undefined) {
+      measurer.font = font;
+      width = measurer.measureText(text).width;
+      if (widths.size < 20000) widths.set(key, width);
+    }
+    return width;
   }
 
   /** Draw matrix {R, C, get(r, c)} on `canvas` with token labels, a title and a colour bar.
@@ -440,10 +447,19 @@
     const t0 = performance.now();
     const k = kind();
     const root = $("head-svg");
-    root.replaceChildren();
     const rows = k.rows.map(shown);
     const cols = k.cols.map(shown);
     const tokenW = Math.max(...rows.map((t) => textWidth(t, TOKEN_FONT)), ...cols.map((t) => textWidth(t, TOKEN_FONT)), 24) + 10;
+    // the same columns of tokens as drawn (an edited token, heads removed, another step): relabel them
+    // and redraw the lines, instead of building the drawing again
+    if (head && head.kind === k.name && head.tokenW === tokenW && head.rows === rows.length && head.cols === cols.length && root.contains(head.lines)) {
+      head.groups.query.forEach((g, i) => (g.querySelector(".hv-label").textContent = rows[i]));
+      head.groups.key.forEach((g, i) => (g.querySelector(".hv-label").textContent = cols[i]));
+      drawLines();
+      timings.head = performance.now() - t0;
+      return;
+    }
+    root.replaceChildren();
     const indexW = textWidth(String(Math.max(rows.length, cols.length)), SMALL_FONT) + 8;
     const headerFont = "12px system-ui, sans-serif";
     const xL = Math.max(8 + indexW + tokenW, textWidth(k.row_axis, headerFont) + 10);
@@ -485,7 +501,7 @@
     };
     column("query", rows);
     column("key", cols);
-    head = { lines, groups, xL, xR, top };
+    head = { lines, groups, xL, xR, top, kind: k.name, tokenW, rows: rows.length, cols: cols.length };
     state.selected = state.selected && state.selected.index < (state.selected.side === "query" ? rows.length : cols.length) ? state.selected : null;
     drawLines();
     timings.head = performance.now() - t0;
@@ -774,7 +790,7 @@
       ...overlays.map((o) => ({
         name: o.name,
         title: `Uses: ${o.title}` + (o.stale ? " (for the page's first input: computed in Python)" : ""),
-        matrix: o.stale ? blankMatrix(rows.length, cols.length) : o.stack.matrix(0),
+        matrix: o.stale ? blankMatrix(rows.length, cols.length) : o.stack.matrix(0), // (computes a lazy stack)
         vmax: o.stale ? 1 : o.vmax || o.stack.max(0),
         legend: "share of the output",
         capped: Boolean(o.vmax),
@@ -1480,9 +1496,11 @@
       return;
     }
     if (seq !== live.seq) return; // a newer input is on its way
+    const t1 = performance.now();
     const first = JSON.stringify(result.inputs) === JSON.stringify(LIVE.input.inputs);
     const labels = first && LIVE.input.labels ? LIVE.input.labels : labelsFor(checked.ids, result.inputs);
     apply(result, labels, first);
+    const t2 = performance.now();
     const note = lengths && (checked.ids.length < lengths[0] || checked.ids.length > lengths[1])
       ? ` Note: this model was trained on sources of ${lengths[0] === lengths[1] ? lengths[0] : `${lengths[0]} to ${lengths[1]}`} tokens, never on ${checked.ids.length}: expect an output that means nothing.`
       : "";
@@ -1491,6 +1509,9 @@
     redraw();
     api.forwardMs = result.forwardMs;
     api.lastUpdateMs = performance.now() - t0;
+    // where the time went: the run (the forward pass, and its transfer from a worker), the numbers for
+    // the views (maps, predictions, rollout), drawing the view shown
+    api.updateParts = { run: t1 - t0, numbers: t2 - t1, draw: performance.now() - t2 };
     api.updates = (api.updates || 0) + 1;
     saveFragment();
   }
@@ -1519,7 +1540,7 @@
     const predicted = [];
     for (let t = 0; t < T; t++) {
       const logp = TL.logSoftmax(result.logits, t * C, C);
-      const order = Array.from({ length: C }, (_, i) => i).sort((a, b) => logp[b] - logp[a]).slice(0, 3);
+      const order = topThree(logp);
       const label = labels[t] === undefined ? -100 : labels[t];
       predicted.push(order[0]);
       rows.push({
@@ -1540,22 +1561,32 @@
     current.output = outputRows;
     current.overlayRows = outputRows;
     current.overlayCols = tokens[0];
-    // rollout from the page's own maps; relevance (gradients) only where it is still the first view's
+    // rollout from the page's own maps (computed when a view first asks for it); relevance (gradients)
+    // only where it is still the first view's
     const isFirst = first && live.removed.size === 0 && live.step === live.firstStep;
-    let rolled;
-    let vmax = null;
-    if (DATA.overlays.kind === "cross") {
-      const group = (name) => spec.layers.map((layer, i) => (layer.group === name ? result.patterns[i] : null)).filter(Boolean);
-      rolled = TL.encoderDecoderRollout(group("encoder"), group("decoder"), group("cross"));
-    } else {
-      rolled = TL.rollout(result.patterns);
-      vmax = 0;
-      for (let r = 0; r < T; r++) for (let c = 0; c < T; c++) if (r !== c) vmax = Math.max(vmax, rolled[r * T + c]);
-    }
     const S = tokens[0].length;
     overlays = overlays.map((o) => {
-      if (o.name === "rollout") return { ...o, stack: new FloatStack([1, T, S], Float32Array.from(rolled)), vmax, stale: false };
-      return { ...o, stack: isFirst ? o.original : o.stack, stale: !isFirst };
+      if (o.name !== "rollout") return { ...o, stack: isFirst ? o.original : o.stack, stale: !isFirst };
+      const rolled = { name: o.name, title: o.title, original: o.original, stale: false, vmax: null };
+      let stack = null;
+      Object.defineProperty(rolled, "stack", {
+        enumerable: true,
+        get: () => {
+          if (stack) return stack;
+          let values;
+          if (DATA.overlays.kind === "cross") {
+            const group = (name) => spec.layers.map((layer, i) => (layer.group === name ? result.patterns[i] : null)).filter(Boolean);
+            values = TL.encoderDecoderRollout(group("encoder"), group("decoder"), group("cross"));
+          } else {
+            values = TL.rollout(result.patterns);
+            rolled.vmax = 0; // the colour's top: the largest value off the diagonal
+            for (let r = 0; r < T; r++) for (let c = 0; c < T; c++) if (r !== c) rolled.vmax = Math.max(rolled.vmax, values[r * T + c]);
+          }
+          stack = new FloatStack([1, T, S], Float32Array.from(values));
+          return stack;
+        },
+      });
+      return rolled;
     });
     // the ablation table: still the first input's unless recomputed
     if (isFirst && !live.tableRecomputed) {
@@ -1570,6 +1601,19 @@
   }
 
   const tableKey = () => JSON.stringify([live.inputs, live.step, live.method]);
+
+  /** The indices of the three largest values (in order), by one scan. */
+  function topThree(values) {
+    const best = [];
+    for (let i = 0; i < values.length; i++) {
+      if (best.length < 3 || values[i] > values[best[best.length - 1]]) {
+        best.push(i);
+        best.sort((a, b) => values[b] - values[a] || a - b);
+        if (best.length > 3) best.pop();
+      }
+    }
+    return best;
+  }
 
   /** The head-ablation table for the current input (as the Python side computes it, nothing else
    *  removed): the drop of the mean log p of the model's own predictions, per layer and head. */
@@ -1962,7 +2006,8 @@
       (LIVE.weights.dtype === "float16" ? " as float16 (rounded: within 1e-3 of the float32 model's logits)" : "") +
       (api.check ? `; on the first input its logits agree with PyTorch's to ${api.check.relative.toExponential(1)} of their scale.` : ".") +
       (LIVE.notes.length ? ` ${LIVE.notes.join("; ")}.` : "");
-    api.loadMs = performance.now() - t0;
+    api.loadMs = performance.now() - t0; // decoding, checking and the first run, after the first view
+    api.readyMs = performance.now(); // from the start of navigation
     api.worker = Boolean(live.engine.worker);
     document.body.dataset.live = "true";
   }

@@ -31,6 +31,7 @@ class ExplorerPage(str):
 
     live_note: str | None = None
     steps: int = 0  # the checkpoints of the step slider (0: none)
+    weight_chars: int = 0  # what the model's weights (and means) take in a live page
 
     def _repr_html_(self) -> str:
         return (
