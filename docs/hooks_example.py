@@ -16,11 +16,11 @@ print(type(model).__name__, len(model.hook_names()), "hook points:", model.hook_
 print("pattern", tuple(cache["blocks.1.attn.hook_pattern"].shape))  # [batch, heads, query, key]
 print("predicted", " ".join(model.vocab[i] for i in logits.argmax(-1)[0].tolist()))
 
-for head in range(model.config.num_heads):  # remove one head of layer 2 at a time: which are needed?
+for head in range(model.config.num_heads):  # remove one head of layer 1 (L1) at a time: which matter?
 
     def zero_head(z, hook, head=head):  # z: [batch, position, head, d_head]
         return z.index_fill(2, torch.tensor([head]), 0)
 
     ablated = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.attn.hook_z", zero_head)])
     right = (ablated.argmax(-1) == tokens.flip(-1)).float().mean().item()
-    print(f"layer 2 without head {head + 1}: {right:.0%} of positions right")
+    print(f"without L1H{head}: {right:.0%} of positions right")

@@ -14,7 +14,7 @@ print("without L1H0 and L1H2:", interventions.ablate_head_set(model, inputs, lab
 
 clean, corrupted = task.corrupted_pairs(64, position=0)  # source token 0 changed, batches (*inputs, labels)
 result = interventions.activation_patching(model, (clean[:-1], clean[-1]), (corrupted[:-1], corrupted[-1]))
-print("restored by patching layer 2's input:", [round(v, 2) for v in result.resid["blocks.1.hook_resid_pre"]])
+print("restored by patching layer 1's input:", [round(v, 2) for v in result.resid["blocks.1.hook_resid_pre"]])
 print("restored by patching each head:", [[round(v, 2) for v in layer] for layer in result.heads])
 
 print("accuracy read after the embedding and each block:", lens.lens_accuracy(model, inputs, labels).layers)

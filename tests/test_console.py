@@ -14,11 +14,12 @@ import lightning as L
 import pytest
 from lightning.pytorch.callbacks import TQDMProgressBar
 
-from tests.conftest import ROOT, TINY_REVERSE, encoder_classifier, gpt_decoder
+from tests.conftest import ROOT, TINY_REVERSE, compose_train_config, encoder_classifier, gpt_decoder
 from transformer_lab.data import SortDataModule
 from transformer_lab.nn import EncoderDecoder, ModelConfig
+from transformer_lab.train import train
 from transformer_lab.training import console
-from transformer_lab.training.progress import bar_only_where_watched
+from transformer_lab.training.progress import CompactProgressBar, bar_only_where_watched
 
 # Runs a script as `python <script> <args>` would, then reports (in a file, so the script's own output is
 # untouched) its exit status and whether torch, lightning or matplotlib were imported.
@@ -95,7 +96,7 @@ def test_script_argument_error_is_one_line_without_torch(tmp_path, script, args,
         (
             ["task=nope"],
             2,
-            "error: In 'train': Could not find 'task/nope' Available options in 'task': reverse",
+            "error: In 'train': Could not find 'task/nope' Available options in 'task': ",
         ),
         (
             ["trainer.max_stepz=5"],
@@ -131,7 +132,9 @@ def test_the_console_of_a_run_says_what_a_person_needs(tmp_path):
     (run_dir,) = (tmp_path / "reverse").iterdir()
     text = result.stdout + result.stderr
     lines = text.splitlines()
-    assert lines[0].startswith("Training on cpu (32-true precision); run directory ")
+    assert lines[0].startswith(
+        "Training on cpu (32-true precision, 2 threads: OMP_NUM_THREADS=2); run directory "
+    )
     assert lines[0].endswith(str(run_dir)) or lines[0].endswith(console.shown_path(run_dir))
     assert lines[1] == "Model: EncoderClassifier (1 layer, 1 head, model_dim 32), 10.6 K parameters"
     assert lines[2].startswith("epoch 0  step 8  val/loss=") and "val/acc=" in lines[2]
@@ -224,8 +227,51 @@ def test_progress_bar_off_a_terminal_unless_asked_for(monkeypatch, requested, en
     assert (trainer.progress_bar_callback is not None and trainer.progress_bar_callback.is_enabled) == enabled
 
 
+def test_a_line_logged_under_a_progress_bar_gets_a_line_of_its_own():
+    """At 80 columns the bar kept its width (one number after it) and a logged line, such as Lightning's
+    "`Trainer.fit` stopped", is written above the bar, not on its line."""
+    import io
+
+    from tqdm import tqdm
+
+    terminal = io.StringIO()
+    bar = tqdm(total=100, file=terminal, ncols=80)
+    bar.update(100)
+    handler = console.ConsoleHandler(terminal)
+    handler.emit(logging.LogRecord("lightning", logging.INFO, "", 0, "`Trainer.fit` stopped", None, None))
+    bar.close()
+    shown = [line.rpartition("\r")[2].rstrip() for line in terminal.getvalue().split("\n")]
+    assert "`Trainer.fit` stopped" in shown
+    assert sum("100%" in line for line in shown) == 1
+
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False)
+    trainer.progress_bar_metrics.update({"train/loss": 2.4113, "train/acc": 0.5, "train/lr": 1e-3})
+    assert CompactProgressBar().get_metrics(trainer, None) == {"loss": "2.411"}
+
+
 def test_interpret_checks_methods_without_importing_the_analyses():
     from tests.conftest import load_script
     from transformer_lab import interventions
 
     assert load_script("interpret").METHODS == interventions.ABLATIONS
+
+
+def test_overfitting_one_batch_shows_the_training_metrics_it_is_about(tmp_path, caplog):
+    """debug=overfit: train/acc must reach 1, so each console line shows it beside the val/ metrics."""
+    cfg = compose_train_config(
+        tmp_path,
+        "debug=overfit",
+        "trainer.max_epochs=null",
+        "trainer.max_steps=20",
+        "trainer.check_val_every_n_epoch=10",
+    )
+    with caplog.at_level(logging.INFO, logger="transformer_lab"):
+        train(cfg)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert [line.split()[3] for line in lines] == ["10", "20"]
+    assert all("train/acc=" in line and "train/loss=" in line and "val/acc=" in line for line in lines)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="transformer_lab"):
+        train(compose_train_config(tmp_path / "plain"))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert lines and not any("train/" in line for line in lines)  # a normal run: val/ only

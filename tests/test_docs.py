@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.pages import page_steps, run_command
+from tests.pages import differences, page_steps, printed_by, run_command, shown_outputs
 
 
 def _python_block(page: str, starting_with: str) -> str:
@@ -80,3 +80,41 @@ def test_every_command_of_the_readme_works(tmp_path, monkeypatch):
     assert (tmp_path / "explorer.html").stat().st_size > 10_000
     assert (tmp_path / "interpret_out" / "heads.json").is_file()
     assert (tmp_path / "explain_out" / "attention_grid.png").is_file()
+
+
+OUTPUT_PAGES = ["labs.md", "interpret.md", "explain.md", "hooks.md", "pretrained.md", "architectures.md"]
+
+
+def _checked(page: str, training: bool) -> list[tuple[list[str], str, float]]:
+    """The outputs a page shows (see tests/pages.py), those that need a training run or those that do not."""
+    return [
+        (commands, text, tolerance)
+        for commands, text, tolerance in shown_outputs(ROOT / "docs" / page)
+        if any(command.split()[1] == "train.py" for command in commands) == training
+    ]
+
+
+@pytest.mark.parametrize("page", OUTPUT_PAGES)
+def test_the_outputs_a_page_shows_are_what_its_commands_print(page, tmp_path, monkeypatch):
+    """Every `<!-- output -->` block of a page (tools on the ready-made models: seconds each) is what its
+    commands print now, numbers to the tolerance the page states."""
+    monkeypatch.chdir(tmp_path)
+    problems = []
+    for commands, expected, tolerance in _checked(page, training=False):
+        assert not any("<" in command for command in commands), commands  # runnable as shown
+        found = differences(expected, printed_by(commands, tmp_path, full=True), tolerance)
+        problems += [f"{page}: {commands}\n{problem}" for problem in found]
+    assert not problems, "\n\n".join(problems)
+
+
+@pytest.mark.reproduce
+@pytest.mark.parametrize("page", OUTPUT_PAGES)
+def test_the_training_runs_of_a_page_reproduce_its_numbers(page, tmp_path, monkeypatch):
+    """The outputs that need a whole training run (minutes: `pytest -m reproduce`, which CI runs after
+    the suite): trained in full, then compared to the tolerance the page states."""
+    monkeypatch.chdir(tmp_path)
+    problems = []
+    for commands, expected, tolerance in _checked(page, training=True):
+        found = differences(expected, printed_by(commands, tmp_path, full=True), tolerance)
+        problems += [f"{page}: {commands}\n{problem}" for problem in found]
+    assert not problems, "\n\n".join(problems)

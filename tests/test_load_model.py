@@ -98,4 +98,3 @@ def test_a_plain_install_trains_from_any_directory(tmp_path):
         assert done.returncode in (0, 2) and "No module named" not in done.stderr, (tool, done.stderr[-2000:])
         assert done.returncode == 0 or tool == "curves", (tool, done.stderr[-2000:])  # fast_dev_run logs none
     assert (elsewhere / "explorer.html").stat().st_size > 10_000
-

@@ -4,6 +4,7 @@ debug overlays as configs."""
 
 import csv
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -124,7 +125,7 @@ def test_summarize_ranks_the_runs_of_a_sweep(submitit_sweep, tmp_path, capsys):
     assert lines[0].startswith("reverse: 2 run(s)") and "by val/acc (highest first)" in lines[0]
     header = lines[1].split()
     assert header[:2] == ["run", "model.num_heads"]  # the only override that differs
-    assert {"val/acc", "val/loss", "test/acc", "test/seq_acc", "wall_s"} <= set(header)
+    assert {"val/acc", "val/loss", "test/acc", "test/seq_acc", "wall"} <= set(header)
     rows = list(csv.DictReader(out_csv.open()))
     accs = [json.loads((submitit_sweep / r["run"] / "metrics.json").read_text())["val/acc"] for r in rows]
     assert accs == sorted(accs, reverse=True) and len(rows) == 2
@@ -186,3 +187,14 @@ def test_debug_overlays_run_apart_from_real_runs(tmp_path, overlay, settings):
 def test_profiler_overlay_writes_its_report_into_the_run_directory(tmp_path):
     train(compose_train_config(tmp_path, "debug=profiler"))
     assert "FIT Profiler Report" in (tmp_path / "fit-profile.txt").read_text()
+
+
+def test_fast_dev_run_keeps_only_its_log_and_metrics(tmp_path, caplog):
+    """debug=fast_dev_run, as experiments.md says: no checkpoint and no TensorBoard log (so the run's last
+    lines do not offer one), only train.log's place, metrics.json and .hydra/."""
+    with caplog.at_level(logging.INFO, logger="transformer_lab"):
+        train(compose_train_config(tmp_path, "debug=fast_dev_run"))
+    assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("events.out.tfevents.*"))
+    assert (tmp_path / "metrics.json").is_file()
+    said = "\n".join(r.getMessage() for r in caplog.records)
+    assert "Test: test/loss=" in said and "tensorboard --logdir" not in said and "best.ckpt" not in said

@@ -169,8 +169,19 @@ def rows(runs: list[Run], differing: list[str], metrics: list[str]) -> list[dict
 
 
 def render(table: list[dict[str, str]]) -> str:
-    """Aligned text: run names and text left, numbers right."""
+    """Aligned text: run names and text left, numbers right; the wall time in seconds as `45 s` (a
+    duration, which the machine sets, not a result)."""
+
+    def seconds(text: str) -> str:
+        return f"{float(text):.0f} s" if _is_number(text) else text
+
+    table = [
+        {("wall" if k == "wall_s" else k): seconds(v) if k == "wall_s" else v for k, v in r.items()}
+        for r in table
+    ]
+
     headers = list(table[0])
+
     widths = {h: max(len(h), *(len(row[h]) for row in table)) for h in headers}
 
     numeric = {h for h in headers[1:] if all(_is_number(row[h]) or row[h] == "-" for row in table)}

@@ -105,7 +105,6 @@ def prepare(argv: list[str]) -> list[str]:
     return [*flags, *(o for o in overrides if not o.startswith(f"{key}=")), f"{key}={claimed}"]
 
 
-
 def require_same_dir(value: dict[str, str], run: Path) -> None:
     """`resume=` continues a run in its own directory: another explicit hydra.run.dir is a mistake."""
     given = value.get("hydra.run.dir")

@@ -54,6 +54,7 @@ ALLOWED_TARGETS = frozenset(
         "lightning.pytorch.profilers.SimpleProfiler",
         "lightning.pytorch.strategies.DDPStrategy",
         "transformer_lab.training.callbacks.HookTimes",
+        "transformer_lab.training.progress.CompactProgressBar",
         *(f"transformer_lab.training.callbacks.{name}" for name in CALLBACKS),
         *(f"transformer_lab.callbacks.{name}" for name in CALLBACKS),
     }
@@ -142,6 +143,7 @@ LOGGING_FACTORIES = {  # `()` and `class` in hydra.job_logging / hydra.hydra_log
     "logging.NullHandler",
     "transformer_lab.training.console.ConsoleFormatter",
     "transformer_lab.training.console.ConsoleFilter",
+    "transformer_lab.training.console.ConsoleHandler",
 }
 LOGGING_STREAMS = {"ext://sys.stdout", "ext://sys.stderr"}
 

@@ -96,6 +96,18 @@ class ConsoleFilter(logging.Filter):
         return bool(CONSOLE_INFO.search(record.getMessage()))
 
 
+class ConsoleHandler(logging.StreamHandler):
+    """The console's handler: each line is written above the progress bars (tqdm clears them, the line
+    is written, they are redrawn), so a line logged while a bar is drawn, such as Lightning's
+    "`Trainer.fit` stopped", does not start on the bar's line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        with tqdm.external_write_mode(file=self.stream):
+            super().emit(record)
+
+
 class ConsoleFormatter(logging.Formatter):
     """The message alone (no time stamp or logger name: train.log has those); warnings and errors start
     with `warning:` / `error:`, and a Python warning ends with the place that raised it, shortened to
@@ -168,7 +180,8 @@ def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None) -> list[
     if files:
         size = sum(f.stat().st_size for f in files) / 1e6
         lines.append(f"  snapshots     {shown_path(snapshots)}/ ({len(files)} files, {size:.1f} MB on disk)")
-    lines.append(f"  TensorBoard   tensorboard --logdir {run_dir}")
+    if any(output_dir.rglob("events.out.tfevents.*")):  # none with fast_dev_run or ~logger
+        lines.append(f"  TensorBoard   tensorboard --logdir {run_dir}")
     if best_ckpt:
         lines.append(f"  Explore       python -m transformer_lab.explore ckpt_path={shown_path(best_ckpt)}")
     if files:

@@ -6,8 +6,7 @@ import sys
 import time
 
 import lightning as L
-from lightning.pytorch.callbacks import ProgressBar
-from tqdm import tqdm
+from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +25,13 @@ def bar_only_where_watched(trainer: L.Trainer, requested: bool | None) -> None:
 
 
 class ValidationLog(L.Callback):
-    """After every validation (not the sanity check): `epoch 2  step 1170  val/loss=...  (31 s)`."""
+    """After every validation (not the sanity check): `epoch 2  step 1170  val/loss=...  (31 s)`, the
+    metrics whose names start with one of `shown` (with `("train/", "val/")` the last training step's
+    too)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shown: tuple[str, ...] = ("val/",)) -> None:
         self.started = time.perf_counter()
+        self.shown = shown
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.started = time.perf_counter()
@@ -37,11 +39,22 @@ class ValidationLog(L.Callback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        metrics = trainer.callback_metrics
+        values = {k: float(v) for p in self.shown for k, v in metrics.items() if k.startswith(p)}
+
         if not values:
             return
         text = "  ".join(f"{k}={v:.4f}" for k, v in values.items())
         line = f"epoch {trainer.current_epoch}  step {trainer.global_step}  {text}"
         line += f"  ({time.perf_counter() - self.started:.0f} s)"
-        with tqdm.external_write_mode(file=sys.stdout):  # a line above the bar, not inside it
-            log.info(line)
+        log.info(line)  # above the progress bar: console.ConsoleHandler
+
+
+class CompactProgressBar(TQDMProgressBar):
+    """Lightning's progress bar with one number after it, the training loss: with every logged metric
+    after it the line outgrows an 80-column terminal, the bar shrinks to one character and each redraw
+    wraps onto a new line. The per-validation line (ValidationLog) and TensorBoard show the rest."""
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, str]:
+        loss = trainer.progress_bar_metrics.get("train/loss")
+        return {} if loss is None else {"loss": f"{float(loss):.3f}"}

@@ -68,7 +68,11 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     loggers = [instantiate(lg) for lg in (cfg.get("logger") or {}).values() if lg is not None]
     trainer = instantiate(
         cfg.trainer,
-        callbacks=[*callbacks, ValidationLog()],
+        # Overfitting one batch is about the training metrics (train/acc must reach 1): show them too.
+        callbacks=[
+            *callbacks,
+            ValidationLog(("train/", "val/") if cfg.trainer.get("overfit_batches") else ("val/",)),
+        ],
         logger=loggers or False,
         plugins=[AtomicCheckpointIO()],
         **extra,
