@@ -118,3 +118,27 @@ def test_the_training_runs_of_a_page_reproduce_its_numbers(page, tmp_path, monke
         found = differences(expected, printed_by(commands, tmp_path, full=True), tolerance)
         problems += [f"{page}: {commands}\n{problem}" for problem in found]
     assert not problems, "\n\n".join(problems)
+
+
+def test_the_notebook_runs_and_shows_the_explorer_inline():
+    """docs/tour.ipynb, executed headlessly as Jupyter would: every cell runs, the numbers it prints are
+    the model's, and the last cell displays the explorer as an inline iframe."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(ROOT / "docs" / "tour.ipynb", as_version=4)
+    assert not any(
+        cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"
+    )  # shipped clean
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": ROOT}}
+    ).execute()
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    printed = ["".join(o.get("text", "") for o in cell.outputs) for cell in code]
+    assert printed[0].startswith(
+        "2 layers, 4 heads, model_dim 32 | 4 1 4 5 9 9 4 9 9 2 4 7 5 5 4 1 -> 1 4 5 5"
+    )
+    assert printed[1].startswith("(1, 4, 16, 16) - query 0 of L1H0 reads key 15")  # the mirror position
+    assert printed[2].splitlines()[0] == "all heads 1.0" and printed[2].count("L") == 2
+    (shown,) = [o for o in code[-1].outputs if o.output_type == "execute_result"]
+    assert shown.data["text/html"].startswith("<iframe srcdoc=")

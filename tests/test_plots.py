@@ -167,9 +167,17 @@ def test_callback_logs_the_attention_grid_as_an_image(tmp_path):
     )
 
 
-def test_callback_shows_an_encoder_decoder_s_cross_attention_next_to_its_self_attention(tmp_path):
+def test_callback_shows_an_encoder_decoder_s_cross_attention_next_to_its_self_attention(
+    tmp_path, monkeypatch
+):
+    drawn = []
+    draw = plots.attention_grid_image
+    monkeypatch.setattr(
+        plots, "attention_grid_image", lambda *a, **k: drawn.append(k["labels"]) or draw(*a, **k)
+    )
     callback = AttentionMapCallback()
     _fit(tmp_path, callback, epochs=1, arch="encoder_decoder")
+    assert drawn[:3] == [["E0", "E1"], ["D0", "D1"], ["X0", "X1"]]  # panels E0H0 ... X1H3, as the explorer
     source, target = callback._example
     assert (source != PAD).all() and (target != PAD).all()  # the example is shown without its padding
     for kind in ("encoder", "decoder", "cross"):

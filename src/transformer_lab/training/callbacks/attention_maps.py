@@ -54,12 +54,15 @@ class AttentionMapCallback(L.Callback):
         tokens = [task.tokenizer.tokens(x[0]) for x in inputs]
         net = pl_module.net
         groups = explain.grouped_maps(net, *inputs)
-        layers = {layer.group: layer for layer in net.attention_layers()}  # one layer of each group
         for group, maps in groups.items():
-            layer = layers[group]
+            layers = [layer for layer in net.attention_layers() if layer.group == group]
             title = f"{GROUP_TITLES[group]}. Validation example, epoch {trainer.current_epoch}"
             image = figures.attention_grid_image(
-                maps, tokens[layer.keys], title=title, row_tokens=tokens[layer.queries]
+                maps,
+                tokens[layers[0].keys],
+                title=title,
+                row_tokens=tokens[layers[0].queries],
+                labels=[layer.label for layer in layers],  # L0, or E0 / D0 / X0: as the explorer names them
             )
             tag = "attention/val_example" + ("" if group == "self" else f"/{group}")
             logger.experiment.add_image(tag, image, global_step=trainer.global_step, dataformats="HWC")
