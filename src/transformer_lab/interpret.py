@@ -5,6 +5,8 @@
     python -m transformer_lab.interpret ckpt_path=<run> analysis=patching position=0
     python -m transformer_lab.interpret ckpt_path=pretrained:shakespeare analysis=lens text="ROMEO: I"
     python -m transformer_lab.interpret ckpt_path=<run> analysis=faithfulness num_examples=32
+    python -m transformer_lab.interpret ckpt_path=<run> analysis=dynamics     # every measure over time
+    python -m transformer_lab.interpret ckpt_path=<run> analysis=heads step=1000   # the snapshot nearest
 
 (`python scripts/interpret.py ...` in a checkout is the same.) Each analysis runs on the first
 `num_examples` test examples of the checkpoint's task (or your own `text=`), prints its table, and writes
@@ -14,6 +16,9 @@ a figure and the numbers to `out_dir`:
     patching      patching.png, patching.json   share of the clean logit difference each patch restores
     lens          lens.png, lens.json           accuracy read at every layer (+ direct logit attribution)
     faithfulness  faithfulness.png, .json       deletion curves and their areas per explanation method
+    dynamics      dynamics.png, dynamics.json   the measures of every snapshot of a run, and its phase changes
+
+`step=N` runs an analysis on the snapshot of the run (ckpt_path=<run dir>) nearest step N.
 """
 
 from __future__ import annotations
@@ -29,20 +34,22 @@ from transformer_lab.errors import as_config_error, require
 if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
 
-ANALYSES = ("heads", "patching", "lens", "faithfulness")
+ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics")
 METHODS = ("zero", "mean")  # analysis.interventions.ABLATIONS, without importing torch to check it
-DEFAULT_EXAMPLES = {"heads": 512, "patching": 64, "lens": 512, "faithfulness": 16}
+DEFAULT_EXAMPLES = {"heads": 512, "patching": 64, "lens": 512, "faithfulness": 16, "dynamics": 256}
 KEYS = {
     "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
-    "analysis": "heads | patching | lens | faithfulness (required)",
+    "analysis": "heads | patching | lens | faithfulness | dynamics (required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
-    "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16)",
+    "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16, "
+    "dynamics 256)",
     "method": "heads: zero | mean ablation (default zero)",
     "heads": "heads: also ablate this set at once, layer.head pairs, e.g. heads=0.1,1.3",
     "position": "patching: the source position the corruption changes (default 0)",
     "text": 'your own input instead of test examples, e.g. text="ROMEO: I" (its output as the task says)',
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
+    "step": "run the analysis on the snapshot of the run (ckpt_path=<run dir>) nearest this step",
 }
 
 
@@ -55,6 +62,10 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
     require(
         args.get("method", "zero") in METHODS,
         f"method={args.get('method')} is unknown; use zero or mean",
+    )
+    require(
+        not ("step" in args and analysis == "dynamics"),
+        "step= picks one snapshot; analysis=dynamics reads them all: leave step= out",
     )
     for key, only in (("method", "heads"), ("heads", "heads"), ("position", "patching")):
         require(
@@ -181,6 +192,25 @@ def analyse_faithfulness(model, inputs, labels, out_dir: Path) -> None:
     )
 
 
+def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
+    from transformer_lab.analysis.dynamics import over_snapshots
+    from transformer_lab.figures.dynamics import dynamics_figure
+
+    started = time.perf_counter()
+    result = over_snapshots(
+        args["ckpt_path"],
+        count,
+        pick_device(args.get("device", "auto")),
+        args.get("data_path"),
+        progress=print,
+    )
+    for line in result.summary():
+        print(line)
+    title = f"{args['ckpt_path']}: {len(result.steps)} snapshots"
+    write(out_dir, "dynamics", result.to_dict(), dynamics_figure(result, title))
+    print(f"(dynamics took {time.perf_counter() - started:.1f} s)")
+
+
 def interpret(args: dict[str, str]) -> None:
     out_dir = output_dir(args.get("out_dir", "interpret_out"), "out_dir")
     from transformer_lab.checkpoint import load
@@ -190,6 +220,13 @@ def interpret(args: dict[str, str]) -> None:
     require(
         count is not None and count > 0, f"num_examples={args.get('num_examples')} must be a positive integer"
     )
+    if analysis == "dynamics":
+        analyse_dynamics(args, count, out_dir)
+        return
+    if "step" in args:
+        from transformer_lab import snapshots
+
+        args["ckpt_path"] = snapshots.at_step(args["ckpt_path"], to_number(args, "step", int, None))
     checkpoint = load(
         args["ckpt_path"], device=pick_device(args.get("device", "auto")), data_path=args.get("data_path")
     )

@@ -1,0 +1,101 @@
+"""The figure of `interpret analysis=dynamics`: a run's measures over its snapshots, on a log-step axis.
+
+top      the loss and the accuracy
+middle   the task's scores (induction / previous-token / in-context; or the grokking progress
+         measures), the logit lens dotted
+bottom   the per-head measure of the task (each head's induction and previous-token score), or each
+         head's attention entropy
+every    the events: dotted lines where the loss fell or a score changed fastest
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from transformer_lab.analysis.dynamics import Dynamics
+
+GENERIC_HEADS = ("entropy", "alignment", "ablation")
+HEAD_STYLES = ("-", "--", ":")
+
+
+def in_nats(name: str) -> bool:
+    """Whether a score is a loss (or a difference of losses), drawn on the nats axis."""
+    return name.endswith("loss") or name == "in_context"
+
+
+def _log_steps(ax) -> None:
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlim(left=0)
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _events(axes, result: Dynamics, label_ax) -> None:
+    """A dotted line at each event's step on every panel; short labels on `label_ax`."""
+    for number, event in enumerate(result.events):
+        for ax in axes:
+            ax.axvline(event["step"], color="grey", linestyle=":", linewidth=1)
+        name = event["what"].split(" rose ")[0].split(" fell ")[0]
+        label_ax.annotate(
+            name,
+            (event["step"], 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -10 - 9 * (number % 4)),
+            textcoords="offset points",
+            fontsize=7,
+            color="dimgrey",
+        )
+
+
+def dynamics_figure(result: Dynamics, title: str) -> Figure:
+    """Loss and accuracy on top, the task's scores in the middle, per-head measures below, against the
+    optimisation step (symmetric log scale: step 0, the initial weights, at the left edge)."""
+    fig = Figure(figsize=(10, 10), layout="constrained")
+    top, middle, bottom = fig.subplots(3, 1, sharex=True)
+    steps = result.steps
+
+    top.plot(steps, result.loss, color="tab:red", marker=".", label="loss")
+    top.set_ylabel("loss (nats)", color="tab:red")
+    right = top.twinx()
+    right.plot(steps, result.metric, color="tab:blue", marker=".", label=result.metric_name)
+    right.set_ylabel(result.metric_name, color="tab:blue")
+    right.set_ylim(-0.02, 1.02)
+    top.set_title(title)
+
+    scores = {name: values for name, values in result.scores.items() if not name.startswith("lens_")}
+    nats = middle.twinx() if any(in_nats(name) for name in scores) else None
+    for name, values in scores.items():
+        ax = nats if in_nats(name) else middle
+        ax.plot(steps, values, marker=".", label=name, linestyle="--" if in_nats(name) else "-")
+    for name, values in result.scores.items():
+        if name.startswith("lens_"):
+            middle.plot(steps, values, linestyle=":", linewidth=1, label=f"{name} (acc)")
+    middle.set_ylabel("score")
+    middle.legend(loc="upper left", fontsize=7, ncols=2)
+    if nats is not None:
+        nats.set_ylabel("loss (nats), dashed")
+        nats.legend(loc="upper right", fontsize=7)
+    if result.notes:
+        middle.set_title("; ".join(result.notes), fontsize=9)
+
+    measures = [name for name in result.heads if name not in GENERIC_HEADS] or ["entropy"]
+    names = result.head_names()
+    colours = [f"C{i}" for i in range(10)]
+    for style, measure in zip(HEAD_STYLES, measures, strict=False):
+        series = result.heads[measure]
+        for layer, row in enumerate(names):
+            for head, name in enumerate(row):
+                values = [snapshot[layer][head] for snapshot in series]
+                colour = colours[(layer * len(row) + head) % len(colours)]
+                label = name if style == "-" else None
+                bottom.plot(steps, values, linestyle=style, color=colour, label=label)
+    what = " (solid), ".join(measures[:2]) + (" (dashed)" if len(measures) > 1 else "")
+    bottom.set_ylabel(f"per head: {what}")
+    bottom.legend(loc="upper left", fontsize=7, ncols=4)
+    bottom.set_xlabel("optimisation step (log scale; 0 = the initial weights)")
+    for ax in (top, middle, bottom):
+        _log_steps(ax)
+    _events((top, middle, bottom), result, top)
+    return fig

@@ -1,0 +1,163 @@
+"""Every analysis over time: the induction scores (analysis/induction.py) on hand-set attention, the
+steepest change (events), and `interpret analysis=dynamics` / `step=` on the snapshots of a tiny run."""
+
+import json
+
+import pytest
+import torch
+
+from tests.conftest import COMMON, compose_train_config, load_script
+from transformer_lab.analysis import dynamics
+from transformer_lab.analysis.induction import (
+    Repeats,
+    induction_scores,
+    previous_token_scores,
+    repeats,
+    task_repeats,
+)
+from transformer_lab.data import InductionDataModule
+from transformer_lab.errors import ConfigError
+from transformer_lab.train import train
+from transformer_lab.training.callbacks.snapshots import snapshot_steps
+
+T = 48
+
+
+def example() -> Repeats:
+    """Two sequences of the induction task (48 positions) with where their repeat is."""
+    return task_repeats(InductionDataModule(), 2, split="test")
+
+
+def induction_pattern(data: Repeats) -> torch.Tensor:
+    """[B, 1, T, T]: each repeated position attends only to the token after its earlier occurrence; the
+    others only to themselves."""
+    batch, length = data.tokens.shape
+    pattern = torch.eye(length).repeat(batch, 1, 1, 1)
+    rows, queries = data.repeated.nonzero(as_tuple=True)
+    pattern[rows, 0, queries, :] = 0
+    pattern[rows, 0, queries, data.source[rows, queries]] = 1
+    return pattern
+
+
+def test_the_repeat_is_where_the_task_put_it():
+    data = example()
+    rows, queries = data.repeated.nonzero(as_tuple=True)
+    keys = data.source[rows, queries]
+    assert (keys < queries).all()
+    assert torch.equal(data.tokens[rows, keys - 1], data.tokens[rows, queries])  # the same token earlier
+    assert torch.equal(data.tokens[rows, keys], data.labels[rows, queries])  # what followed it: the answer
+    assert torch.equal(data.first.sum(1), data.repeated.sum(1))  # as many first-occurrence positions
+    # a sequence written by hand: 5 6 7 at 1..3 repeated at 5..7
+    sequence = torch.tensor([[0, 5, 6, 7, 1, 5, 6, 7, 2]])
+    determined = torch.tensor([[False, False, False, False, False, True, True, False]])
+    hand = repeats(sequence, determined, torch.tensor([1]))
+    assert hand.source.tolist() == [[-1] * 5 + [2, 3, -1]] and hand.first.nonzero()[:, 1].tolist() == [1, 2]
+
+
+def test_scores_are_one_for_exactly_those_heads_and_near_zero_for_uniform_attention():
+    data = example()
+    assert induction_scores(induction_pattern(data), data).tolist() == [1.0]
+    previous = torch.diag_embed(torch.ones(T - 1), offset=-1)
+    previous[0, 0] = 1  # the first position has nothing before it
+    assert previous_token_scores(previous.repeat(2, 1, 1, 1)).tolist() == [1.0]
+    assert previous_token_scores(induction_pattern(data)).item() < 0.05
+    uniform = torch.tril(torch.ones(T, T))
+    uniform = (uniform / uniform.sum(-1, keepdim=True)).repeat(2, 1, 1, 1)  # causal: row t reads 1 / (t + 1)
+    # mean over t >= 1 of 1 / (t + 1): 0.074 for 48 positions
+    expected = sum(1 / (t + 1) for t in range(1, T)) / (T - 1)
+    assert previous_token_scores(uniform).item() == pytest.approx(expected) and expected < 0.1
+    _, queries = data.repeated.nonzero(as_tuple=True)
+    assert induction_scores(uniform, data).item() == pytest.approx((1 / (queries + 1).float()).mean().item())
+    assert induction_scores(uniform, data).item() < 0.1
+
+
+def test_the_steepest_change_is_the_phase_change_per_log_step():
+    steps = [0, 1, 2, 4, 8, 16, 32, 64, 128]
+    loss = [3.5, 3.5, 3.5, 3.49, 3.48, 3.1, 1.2, 1.0, 0.95]
+    assert dynamics.steepest_change(steps, loss, "fall") == 6  # between steps 16 and 32
+    assert dynamics.steepest_change(steps, loss, "rise") is None
+    event = dynamics.event("loss", steps, loss)
+    assert event == {"step": 32, "what": "loss fell fastest (3.1 -> 1.2 between steps 16 and 32)"}
+    assert dynamics.event("loss", steps, [3.5] * 8 + [3.49]) is None  # no phase change: a flat curve
+    with pytest.raises(ValueError, match="direction='up'"):
+        dynamics.steepest_change(steps, loss, "up")
+
+
+@pytest.fixture(scope="module")
+def induction_run(tmp_path_factory):
+    """A tiny attention-only decoder on task=induction, 20 steps, 6 snapshots."""
+    run = tmp_path_factory.mktemp("dynamics") / "run"
+    cfg = compose_train_config(
+        run,
+        "task=induction",
+        "data.train_size=640",
+        "data.val_size=64",
+        "data.test_size=64",
+        "model.mlp=false",
+        "model.model_dim=16",
+        "model.num_heads=2",
+        "trainer.max_epochs=2",
+        "callbacks.snapshots.count=6",
+        base=COMMON,
+    )
+    train(cfg)
+    return run
+
+
+def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_path, capsys):
+    load_script("interpret").main([f"ckpt_path={induction_run}", "analysis=dynamics", f"out_dir={tmp_path}"])
+    printed = capsys.readouterr().out
+    assert (tmp_path / "dynamics.png").stat().st_size > 10_000
+    record = json.loads((tmp_path / "dynamics.json").read_text())
+    assert list(record) == ["steps", "loss", "metric", "heads", "scores", "events"]
+    assert record["steps"] == snapshot_steps(20, 6) == [0, 1, 2, 4, 9, 20]
+    snapshots, layers, heads = 6, 2, 2
+    assert len(record["loss"]) == len(record["metric"]) == snapshots
+    assert set(record["heads"]) == {"entropy", "ablation", "induction", "previous_token"}
+    for measure, values in record["heads"].items():
+        assert [len(values), len(values[0]), len(values[0][0])] == [snapshots, layers, heads], measure
+    assert {"induction", "previous_token", "in_context"} <= set(record["scores"])
+    assert {"lens_embed", "lens_L0", "lens_L1"} <= set(record["scores"])
+    for name, values in record["scores"].items():
+        assert len(values) == snapshots, name
+    # the largest per-head score is the score; the loss before training is log(32) per random token
+    for name in ("induction", "previous_token"):
+        best = [max(max(row) for row in snapshot) for snapshot in record["heads"][name]]
+        assert record["scores"][name] == pytest.approx(best)
+    assert record["loss"][0] == pytest.approx(torch.log(torch.tensor(32.0)).item(), abs=0.1)
+    assert all(set(e) == {"step", "what"} and e["step"] in record["steps"] for e in record["events"])
+    assert "6 snapshots, steps 0 to 20" in printed and "Events (phase changes" in printed
+
+
+def test_step_runs_any_analysis_on_the_nearest_snapshot(induction_run, tmp_path, capsys):
+    interpret = load_script("interpret")
+    interpret.main([f"ckpt_path={induction_run}", "analysis=heads", "step=5", f"out_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert "step=5: the snapshot at step 4 (" in out and "step_00000004.ckpt" in out
+    assert json.loads((tmp_path / "heads.json").read_text())["layers"] == ["blocks.0.attn", "blocks.1.attn"]
+    interpret.main([f"ckpt_path={induction_run}", "analysis=lens", "step=20", f"out_dir={tmp_path}"])
+    assert "the snapshot at step 20" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["analysis=heads", "step=21"],
+            r"step=21 is beyond the run: its snapshots go from step 0 to step 20",
+        ),
+        (["analysis=heads", "step=ten"], "step=ten is not an integer"),
+        (["analysis=dynamics", "step=3"], "step= picks one snapshot; analysis=dynamics reads them all"),
+    ],
+)
+def test_bad_steps_are_one_line_errors(induction_run, tmp_path, args, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        load_script("interpret").main([f"ckpt_path={induction_run}", *args, f"out_dir={tmp_path}"])
+    assert "\n" not in str(info.value)
+
+
+def test_a_run_without_snapshots_is_a_one_line_error(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    for args in (["analysis=dynamics"], ["analysis=heads", "step=1"]):
+        with pytest.raises(ConfigError, match=r"has no snapshots \(checkpoints/snapshots/step_\*\.ckpt\)"):
+            load_script("interpret").main([f"ckpt_path={tmp_path}", *args, f"out_dir={tmp_path}"])
