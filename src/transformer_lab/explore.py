@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from transformer_lab.checkpoint import Batch, Checkpoint
 
 KEYS = {
-    "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory, or pretrained:<name>",
+    "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory (its snapshots: a step "
+    "slider), or pretrained:<name>",
     "index": "which test example of the checkpoint's task (default 0)",
     "text": 'your own input, e.g. text="ROMEO:" (Shakespeare) or text="3 1 4 1" (digits; a source)',
     "source": 'a sequence-to-sequence task\'s input, e.g. source="3 1 3 9" (reverse, sort)',
@@ -85,11 +86,17 @@ def size_text(num_bytes: int) -> str:
 
 
 def snapshot_files(location: str) -> list[Path]:
-    """A run directory's snapshots (`checkpoints/snapshots/step_{step:08d}.ckpt`), in step order."""
-    folder = Path(location) / "checkpoints" / "snapshots"
-    if location.startswith("pretrained:") or not folder.is_dir():
+    """The snapshots of a run (`checkpoints/snapshots/step_{step:08d}.ckpt` of a run directory or of a
+    checkpoint file's run), or of a ready-made series (`pretrained:<name>`), oldest first; [] for none."""
+    from transformer_lab import pretrained, snapshots
+
+    if pretrained.is_pretrained(location):
+        name = location.removeprefix(pretrained.PREFIX)
+        if name not in pretrained.names() or not pretrained.record(name).get("snapshots"):
+            return []
+    elif snapshots.folder(location) is None:
         return []
-    return sorted(folder.glob("step_*.ckpt"), key=lambda path: _step(path) or 0)
+    return [snapshot.path for snapshot in snapshots.find(location)]
 
 
 def _step(path: Path) -> int | None:
@@ -125,8 +132,11 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
     location = args["ckpt_path"]
     snapshots = snapshot_files(location)
     main_file = location
-    if snapshots and not any(
-        (Path(location) / "checkpoints" / name).is_file() for name in ("best.ckpt", "last.ckpt")
+    run = Path(location) / "checkpoints"
+    if (
+        snapshots
+        and Path(location).is_dir()
+        and not any((run / n).is_file() for n in ("best.ckpt", "last.ckpt"))
     ):
         main_file = str(snapshots[-1])  # a run with snapshots only: open on the last
     checkpoint = load(main_file, device=device, data_path=args.get("data_path"))
