@@ -125,7 +125,6 @@ def test_the_command_line(checkpoints, tmp_path):
 @pytest.mark.parametrize(
     ("which", "args", "message"),
     [
-        ("language_model", ["analysis=patching"], "defines no corruption"),
         (
             "encoder",
             ["analysis=heads", "heads=5.0"],

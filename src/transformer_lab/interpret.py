@@ -5,6 +5,7 @@
     python -m transformer_lab.interpret ckpt_path=<run> analysis=patching position=0
     python -m transformer_lab.interpret ckpt_path=pretrained:shakespeare analysis=lens text="ROMEO: I"
     python -m transformer_lab.interpret ckpt_path=<run> analysis=faithfulness num_examples=32
+    python -m transformer_lab.interpret ckpt_path=pretrained:key_reverse analysis=circuit method=eap
     python -m transformer_lab.interpret ckpt_path=<run> analysis=dynamics     # every measure over time
     python -m transformer_lab.interpret ckpt_path=<run> analysis=heads step=1000   # the snapshot nearest
 
@@ -16,6 +17,8 @@ a figure and the numbers to `out_dir`:
     patching      patching.png, patching.json   share of the clean logit difference each patch restores
     lens          lens.png, lens.json           accuracy read at every layer (+ direct logit attribution)
     faithfulness  faithfulness.png, .json       deletion curves and their areas per explanation method
+    circuit       circuit.png, .svg, .json      the edges (nodes) that carry the task: eap | eap_ig | patching
+                                                | acdc, faithfulness of the top-k (docs/circuits.md)
     dynamics      dynamics.png, dynamics.json   the measures of every snapshot of a run, and its phase changes
 
 `step=N` runs an analysis on the snapshot of the run (ckpt_path=<run dir>) nearest step N.
@@ -34,18 +37,37 @@ from transformer_lab.errors import as_config_error, require
 if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
 
-ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics")
+ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit")
 METHODS = ("zero", "mean")  # analysis.interventions.ABLATIONS, without importing torch to check it
-DEFAULT_EXAMPLES = {"heads": 512, "patching": 64, "lens": 512, "faithfulness": 16, "dynamics": 256}
+ONLY_FOR = {  # the keys that apply to some analyses only
+    "method": ("heads", "circuit"),
+    "heads": ("heads",),
+    "position": ("patching", "circuit"),
+    **dict.fromkeys(("metric", "ablation", "threshold", "steps"), ("circuit",)),
+}
+DEFAULT_EXAMPLES = {
+    "heads": 512,
+    "patching": 64,
+    "lens": 512,
+    "faithfulness": 16,
+    "dynamics": 256,
+    "circuit": 64,
+}
 KEYS = {
     "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
-    "analysis": "heads | patching | lens | faithfulness | dynamics (required)",
+    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit (required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
     "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16, "
     "dynamics 256)",
-    "method": "heads: zero | mean ablation (default zero)",
+    "method": "heads: zero | mean ablation (default zero); circuit: eap | eap_ig | patching | acdc (default "
+    "eap)",
+    "metric": "circuit: logit_diff | kl (default: logit_diff where the corruption changes the answer)",
+    "ablation": "circuit: what an edge outside the circuit carries: corrupted | zero | mean (default "
+    "corrupted)",
+    "threshold": "circuit, method=acdc: a share of the metric's clean-corrupted gap (default 0.01)",
+    "steps": "circuit, method=eap_ig: integrated-gradient steps (default 5)",
     "heads": "heads: also ablate this set at once, layer.head pairs, e.g. heads=0.1,1.3",
-    "position": "patching: the source position the corruption changes (default 0)",
+    "position": "patching, circuit: the source position the corruption changes (default 0)",
     "text": 'your own input instead of test examples, e.g. text="ROMEO: I" (its output as the task says)',
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
@@ -59,17 +81,23 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
     analysis = args.get("analysis")
     require(analysis is not None, f"missing analysis=...; use analysis={' | '.join(ANALYSES)}")
     require(analysis in ANALYSES, f"analysis={analysis} is unknown; use analysis={' | '.join(ANALYSES)}")
-    require(
-        args.get("method", "zero") in METHODS,
-        f"method={args.get('method')} is unknown; use zero or mean",
-    )
+    if analysis == "circuit":
+        from transformer_lab.interpret_circuit import check_args
+
+        check_args(args)
+    else:
+        require(
+            args.get("method", "zero") in METHODS,
+            f"method={args.get('method')} is unknown; use zero or mean",
+        )
     require(
         not ("step" in args and analysis == "dynamics"),
         "step= picks one snapshot; analysis=dynamics reads them all: leave step= out",
     )
-    for key, only in (("method", "heads"), ("heads", "heads"), ("position", "patching")):
+    for key, only in ONLY_FOR.items():
         require(
-            key not in args or analysis == only, f"{key}= is for analysis={only}, not analysis={analysis}"
+            key not in args or analysis in only,
+            f"{key}= is for analysis={' or '.join(only)}, not analysis={analysis}",
         )
     return args
 
@@ -237,6 +265,13 @@ def interpret(args: dict[str, str]) -> None:
             "text" not in args, "text= does not apply to patching, which needs the task's corrupted pairs"
         )
         analyse_patching(checkpoint, count, args, out_dir)
+    elif analysis == "circuit":
+        from transformer_lab.interpret_circuit import analyse_circuit
+
+        require(
+            "text" not in args, "text= does not apply to analysis=circuit, which needs the task's examples"
+        )
+        analyse_circuit(checkpoint, count, args, out_dir)
     else:
         if "text" in args:
             inputs, labels = checkpoint.text_example(args["text"])
@@ -252,7 +287,10 @@ def interpret(args: dict[str, str]) -> None:
         elif analysis == "lens":
             analyse_lens(model, inputs, labels, checkpoint.output_names, out_dir)
         else:
+            from transformer_lab.interpret_circuit import grade_explanations
+
             analyse_faithfulness(model, inputs, labels, out_dir)
+            grade_explanations(checkpoint, args, inputs, labels, out_dir)  # an answer key's rows
     print(f"({analysis} took {time.perf_counter() - started:.1f} s)")
 
 

@@ -72,7 +72,8 @@ Batch = tuple[tuple[Tensor, ...], Tensor]
 class Node:
     """A node of the graph. `hook`: the hook point holding its output ([B, T, D]; a head's is slice
     `head` of `attn.hook_result` [B, T, H, D], or of `attn.hook_z` at node level); None for the logits.
-    `row`: its height in a drawing (embeddings 0, then each layer's heads and MLP, the logits last)."""
+    `row`: its height in a drawing of its stack (embeddings 0, then each layer's heads and MLP, the logits
+    last)."""
 
     name: str
     label: str
@@ -175,6 +176,7 @@ def graph(model: TokenModel, level: str | None = None) -> Graph:
         readers.append(Reader(name, node, hook, head, stack, (count - 1, count) if cross else (0, count)))
 
     for prefix, stack in stacks.items():
+        row = 0  # each stack's inputs at the bottom of its own column
         mine = writers.setdefault(prefix, [])
         mine.append(add(Node(f"{prefix}embed", _label(prefix, "embed"), prefix, row, f"{prefix}hook_embed")))
         pos = Node(f"{prefix}pos_embed", _label(prefix, "pos_embed"), prefix, row, f"{prefix}hook_pos_embed")
@@ -856,6 +858,10 @@ def discover(
     values = faithfulness(setup, scores, sizes)
     smallest = smallest_circuit(setup, scores, dict(zip(sizes, values, strict=True)))
     circuit = None
+    if smallest is not None and smallest not in sizes:  # the curve shows the circuit's own point too
+        at = sum(k < smallest for k in sizes)
+        sizes.insert(at, smallest)
+        values.insert(at, circuit_faithfulness(setup, ranking(scores)[:smallest].tolist()))
     if smallest is not None:
         chosen = sorted(ranking(scores)[:smallest].tolist())
         circuit = chosen if setup.graph.level == "edge" else [setup.graph.scored[k] for k in chosen]

@@ -232,3 +232,40 @@ def deletion_curves(
         auc={method: float(np.mean(a)) for method, a in areas.items()},
         outputs=len(outputs),
     )
+
+
+def alignment_auc(
+    model: TokenModel,
+    inputs: tuple[Tensor, ...],
+    labels: Tensor,
+    alignment: Tensor,
+    methods: tuple[str, ...] = ("attention", "rollout", "gradient", "ablation", "random"),
+) -> dict[str, float]:
+    """How well each explanation finds the input positions a model is known to read (an answer key's,
+    `alignment` bool [B, T, S] as the task's `alignment` gives it): for every output with a known
+    position, the ROC AUC of the method's relevance over the deletable inputs (true positions above the
+    others; ties count a half), averaged over those outputs. 1: always ranked first; 0.5: chance."""
+    model = as_model(model)
+    inputs = as_inputs(inputs, model)
+    with evaluating(model):
+        scores = relevances(model, inputs, labels, methods)
+        if "gradient" in methods and _is_language_model(model):  # every output's own row, not the last's
+            relevance = explain.gradient_attention_all(model, inputs[0])
+            scores["gradient"] = relevance - torch.eye(relevance.size(-1), device=relevance.device)
+    deletable = _deletable(model, inputs)
+    outputs = (alignment.any(dim=-1) & (labels != IGNORE_INDEX)).nonzero().tolist()
+    if not outputs:
+        raise ValueError("no output of these examples has a known input position")
+    result = {}
+    for method in methods:
+        areas = []
+        for b, t in outputs:
+            columns = deletable[b]
+            values, truth = scores[method][b, t][columns].double(), alignment[b, t][columns]
+            positive, negative = values[truth], values[~truth]
+            if len(positive) and len(negative):
+                greater = (positive[:, None] > negative[None, :]).double().mean()
+                equal = (positive[:, None] == negative[None, :]).double().mean()
+                areas.append(float(greater + 0.5 * equal))
+        result[method] = float(np.mean(areas))
+    return result

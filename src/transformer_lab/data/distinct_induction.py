@@ -50,6 +50,16 @@ class DistinctInductionDataModule(InductionDataModule):
         source = (first[:, None] + offset).clamp(0, self.seq_len)
         return torch.where(inside, distinct.gather(1, source), distinct), determined, first
 
+    def alignment(self, inputs: tuple[Tensor, ...], labels: Tensor) -> Tensor:
+        """Where the attention that answers should look: for each counted label at position t, the place
+        right after the earlier occurrence of token t (what the induction head copies), [B, T, T]."""
+        tokens = inputs[0]
+        order = torch.arange(tokens.size(1), device=tokens.device)
+        earlier = (tokens[:, :, None] == tokens[:, None, :]) & (order[None, None, :] < order[None, :, None])
+        after = torch.zeros_like(earlier)
+        after[:, :, 1:] = earlier[:, :, :-1]
+        return after & (labels != IGNORE_INDEX)[:, :, None]
+
     def corrupted_pairs(self, count: int, position: int = 0, split: str = "test") -> tuple[tuple, tuple]:
         """`count` sequences and copies whose repeat's first token A is moved to an earlier place p (its
         old place gets a token found nowhere in the sequence), see the module docstring; sequences with no

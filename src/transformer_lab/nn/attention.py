@@ -72,6 +72,12 @@ def scaled_dot_product(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = No
     return torch.matmul(attention, v), attention
 
 
+def same_copies(x: Tensor) -> bool:
+    """Whether per-head copies [B, T, H, D] are one tensor expanded along the heads (stride 0), and no
+    gradient per copy is wanted: then one computation serves every head."""
+    return x.stride(2) == 0 and not (x.requires_grad and torch.is_grad_enabled())
+
+
 class KVCache:
     """Keys and values of the positions already seen by one attention layer, for fast decoding.
 
@@ -207,13 +213,22 @@ class MultiheadAttention(nn.Module):
         and likewise k_h and v_h: equal to `forward` when every copy is the same."""
         weight = self.qkv_proj.weight.view(3, self.num_heads, self.head_dim, -1)
         bias = self.qkv_proj.bias
-        bias = bias.view(3, 1, self.num_heads, self.head_dim) if bias is not None else [0.0] * 3
-        hooks = (self.hook_q, self.hook_k, self.hook_v)
+        bias = bias.view(3, self.num_heads, self.head_dim) if bias is not None else [None] * 3
+
+        def project(x: Tensor, i: int) -> Tensor:
+            if same_copies(x):  # one input for every head: one matrix product, as in `forward`
+                flat = None if bias[i] is None else bias[i].flatten()
+                return F.linear(x[:, :, 0], weight[i].flatten(0, 1), flat).unflatten(-1, weight.shape[1:3])
+            y = torch.einsum("bthd,hed->bthe", x, weight[i])
+            return y if bias[i] is None else y + bias[i]
+
         q, k, v = (
-            hook(torch.einsum("bthd,hed->bthe", x, weight[i]) + bias[i]).transpose(1, 2)
-            for i, (x, hook) in enumerate(zip((q_in, k_in, v_in), hooks, strict=True))
+            hook(project(x, i)).transpose(1, 2) for i, (x, hook) in enumerate(self._inputs(q_in, k_in, v_in))
         )
         return self._attend(q, k, v, mask, causal, False)
+
+    def _inputs(self, q_in: Tensor, k_in: Tensor, v_in: Tensor) -> list[tuple[Tensor, HookPoint]]:
+        return [(q_in, self.hook_q), (k_in, self.hook_k), (v_in, self.hook_v)]
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, return_attention: bool

@@ -8,7 +8,7 @@ adds cross-attention over the encoder's output between the two.
 
 from torch import Tensor, nn
 
-from transformer_lab.nn.attention import KVCache, MultiheadAttention
+from transformer_lab.nn.attention import KVCache, MultiheadAttention, same_copies
 from transformer_lab.nn.hooks import HookedModule, HookPoint
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
@@ -116,7 +116,8 @@ class EncoderBlock(HookedModule):
         if self.hook_q_input.is_hooked or self.hook_k_input.is_hooked or self.hook_v_input.is_hooked:
             norm = self.norm1 if self.norm_first else nn.Identity()
             q_in, k_in, v_in = split_inputs(x, x, self.attn.num_heads, self, "")
-            out = self.attn.forward_per_head(norm(q_in), norm(k_in), norm(v_in), mask, causal=causal)
+            q_in, k_in, v_in = (per_head_norm(norm, x) for x in (q_in, k_in, v_in))
+            out = self.attn.forward_per_head(q_in, k_in, v_in, mask, causal=causal)
             attended = self.hook_attn_out(self.dropout(out))
         else:
             attended = self._attention(self.norm1(x) if self.norm_first else x, mask, causal, None)
@@ -233,9 +234,9 @@ class DecoderBlock(HookedModule):
                 keys = x if attn is self.attn else memory
                 q_in, k_in, v_in = split_inputs(x, keys, heads, self, prefix)
                 if pre:
-                    q_in = norm(q_in)
+                    q_in = per_head_norm(norm, q_in)
                     if attn is self.attn:
-                        k_in, v_in = norm(k_in), norm(v_in)
+                        k_in, v_in = per_head_norm(norm, k_in), per_head_norm(norm, v_in)
                 return attn.forward_per_head(q_in, k_in, v_in, **kw)
             if attn is self.attn:
                 return attn(norm(x) if pre else x, kw["mask"], causal=True)
@@ -265,6 +266,13 @@ def split_inputs(
         getattr(block, f"hook_{prefix}k_input")(copies(keys)),
         getattr(block, f"hook_{prefix}v_input")(copies(keys)),
     )
+
+
+def per_head_norm(norm: nn.Module, x: Tensor) -> Tensor:
+    """A block's norm of per-head copies [B, T, H, D]: once, if they are one tensor expanded."""
+    if same_copies(x):
+        return norm(x[:, :, 0]).unsqueeze(2).expand_as(x)
+    return norm(x)
 
 
 def mlp_sublayer(block: nn.Module, x: Tensor, norm: nn.Module | None) -> Tensor:
