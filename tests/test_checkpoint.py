@@ -64,7 +64,9 @@ def test_analysis_functions_take_the_object_and_a_bare_tensor(reverse_file):
 def test_the_four_shipped_files_and_an_old_format_file_still_load(tmp_path):
     for name in transformer_lab.pretrained.names():
         ckpt = load(f"pretrained:{name}")
-        assert ckpt.format_version == 0 and ckpt.example(0)[1].numel()  # from before format_version
+        assert ckpt.example(0)[1].numel()
+        # the four first shipped files are from before format_version; files added since carry it
+        assert ckpt.format_version == (0 if name in ("reverse", "reverse_2l4h", "sort", "shakespeare") else 1)
 
 
 def test_a_run_directory_loads_its_best_checkpoint(tmp_path):

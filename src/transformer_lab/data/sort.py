@@ -5,11 +5,10 @@ labels each input position."""
 
 import torch
 
-from transformer_lab.data.seq2seq import Seq2SeqDataModule
-from transformer_lab.errors import require
+from transformer_lab.data.digit_lists import DigitListDataModule
 
 
-class SortDataModule(Seq2SeqDataModule):
+class SortDataModule(DigitListDataModule):
     """Lists of `min_seq_len` to `seq_len` digits "0" .. str(num_categories - 1) (uniform length, then
     uniform digits); the target is the sorted set of its digits."""
 
@@ -29,27 +28,9 @@ class SortDataModule(Seq2SeqDataModule):
         seed: int = 0,
     ):
         super().__init__(arch, train_size, val_size, test_size, batch_size, num_workers, seed)
-        require(
-            isinstance(seq_len, int) and seq_len > 0, f"data.seq_len={seq_len!r} must be a positive integer"
-        )
-        require(
-            isinstance(min_seq_len, int) and 1 <= min_seq_len <= seq_len,
-            f"data.min_seq_len={min_seq_len!r} must be an integer from 1 to data.seq_len={seq_len}",
-        )
-        require(
-            isinstance(num_categories, int) and num_categories >= 2,
-            f"data.num_categories={num_categories!r} must be an integer >= 2",
-        )
+        self.use_digits(num_categories, seq_len, min_seq_len)
         self.save_hyperparameters()
-        self.symbols = [str(i) for i in range(num_categories)]
-        self.min_seq_len = min_seq_len
-        self.max_source_len = seq_len
         self.max_target_len = min(seq_len, num_categories)
-
-    def draw_sources(self, size: int, generator: torch.Generator) -> torch.Tensor:
-        lengths = torch.randint(self.min_seq_len, self.max_source_len + 1, (size, 1), generator=generator)
-        digits = torch.randint(len(self.symbols), (size, self.max_source_len), generator=generator)
-        return digits.masked_fill(torch.arange(self.max_source_len) >= lengths, -1)
 
     def targets_for(self, sources: torch.Tensor) -> torch.Tensor:
         categories = len(self.symbols)
