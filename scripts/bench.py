@@ -65,6 +65,13 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    step, parameters x tokens), and `python train.py` on a busy machine (one busy process per core in the
    background) with the default `threads=auto` against `threads=1` (target: at most 1.5x).
    (--quick: the two smallest sizes, and experiment=reverse_tiny.)
+10. Circuits (`--phases circuits`, `transformer_lab.analysis.circuits`): the scoring time of eap at node level
+   on pretrained:reverse_2l4h (256 examples; target < 2 s) and of acdc there (target < 2 min); eap over every
+   edge of pretrained:shakespeare (q/k/v split, 128 windows; target < 5 s) and eap_ig with 5 steps (target
+   < 5x eap), each from the examples to the scores (both forward passes and the backward pass), medians of
+   3; the exact patching reference on both: its time, the copies of the batch per pass, the peak memory it
+   adds, and the rank correlation of eap and eap_ig with it (shakespeare's metric is kl, whose gradient at
+   the clean input is 0: eap's time is measured there, not its scores). (--quick: 32 examples, 8 windows.)
 """
 
 import argparse
@@ -152,7 +159,16 @@ QUICK = Mode(
 )
 
 
-PHASES = ("training", "generation", "reverse", "encoder_decoder", "end_to_end", "explorer", "threads")
+PHASES = (
+    "training",
+    "generation",
+    "reverse",
+    "encoder_decoder",
+    "end_to_end",
+    "explorer",
+    "threads",
+    "circuits",
+)
 
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
     "lightning_over_bare": (">=", 0.95),
@@ -165,6 +181,7 @@ TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the ful
     "encdec_cache_speedup": (">=", 2.0),
     "sort_test_seq_acc": (">=", 0.99),
     "end_to_end_over_loop": (">=", 0.90),
+    "end_to_end_snapshot_share": ("<", 0.02),
     "explorer_mb": ("<", 5.0),
     "explorer_render_ms": ("<", 1000.0),
     "explorer_weights_mb": ("<", 20.0),
@@ -632,7 +649,16 @@ def bench_end_to_end(mode: Mode, overrides: list[str], workdir: Path, threads: i
     (metrics_path,) = (workdir / "end_to_end").glob("*/*/metrics.json")
     metrics = json.loads(metrics_path.read_text())
     fit, steps, tokens = timing["fit_seconds"], timing["train_step_seconds"], timing["train_tokens"]
+    # the snapshots (the Snapshots callback, on by default): their hooks' time in the fit, their files
+    snapshot_seconds = sum(
+        s for hook, s in timing["callback_seconds"].items() if hook.startswith("Snapshots.")
+    )
+    snapshot_files = list((metrics_path.parent / "checkpoints" / "snapshots").glob("step_*.ckpt"))
     return {
+        "end_to_end_snapshot_share": snapshot_seconds / fit,
+        "end_to_end_snapshot_seconds": snapshot_seconds,
+        "end_to_end_snapshots": len(snapshot_files),
+        "end_to_end_snapshot_mb": sum(f.stat().st_size for f in snapshot_files) / 1e6,
         "end_to_end_over_loop": steps / fit,  # (tokens / fit) / (tokens / steps)
         "end_to_end_fit_tokens_per_s": tokens / fit,
         "end_to_end_step_tokens_per_s": tokens / steps,
@@ -955,6 +981,133 @@ def bench_live_pages(mode: Mode, workdir: Path, browser) -> dict:
     return results
 
 
+# ------------------------------------------------------------------------------------------ circuits
+CIRCUIT_TARGETS = {
+    "circuit_eap_reverse_2l4h_s": ("<", 2.0),
+    "circuit_acdc_reverse_2l4h_s": ("<", 120.0),
+    "circuit_eap_shakespeare_s": ("<", 5.0),
+    "circuit_eap_ig_over_eap": ("<", 5.0),
+}
+TARGETS.update(CIRCUIT_TARGETS)
+CIRCUIT_ROWS = [
+    (
+        "circuits: eap, reverse_2l4h nodes (256 examples; --quick 32)",
+        "{:.2f} s",
+        ["circuit_eap_reverse_2l4h_s"],
+    ),
+    ("circuits: acdc, reverse_2l4h nodes", "{:.1f} s", ["circuit_acdc_reverse_2l4h_s"]),
+    (
+        "circuits: patching (exact), reverse_2l4h nodes: time, copies per pass, peak memory added",
+        "{:.2f} s, {:.0f}, {:.0f} MB",
+        [
+            "circuit_patching_reverse_2l4h_s",
+            "circuit_patching_reverse_2l4h_copies",
+            "circuit_patching_reverse_2l4h_mb",
+        ],
+    ),
+    ("circuits: eap, shakespeare edges (128 windows; --quick 8)", "{:.2f} s", ["circuit_eap_shakespeare_s"]),
+    ("circuits: eap_ig (5 steps), shakespeare edges", "{:.2f} s", ["circuit_eap_ig_shakespeare_s"]),
+    ("circuits: eap_ig / eap, shakespeare", "{:.2f}x", ["circuit_eap_ig_over_eap"]),
+    (
+        "circuits: patching (exact), shakespeare edges: time, copies per pass, peak memory added",
+        "{:.1f} s, {:.0f}, {:.0f} MB",
+        [
+            "circuit_patching_shakespeare_s",
+            "circuit_patching_shakespeare_copies",
+            "circuit_patching_shakespeare_mb",
+        ],
+    ),
+    (
+        "circuits: rank correlation with patching, eap / eap_ig (reverse_2l4h); eap_ig (shakespeare, kl)",
+        "{:.3f} / {:.3f}; {:.3f}",
+        [
+            "circuit_eap_rank_reverse_2l4h",
+            "circuit_eap_ig_rank_reverse_2l4h",
+            "circuit_eap_ig_rank_shakespeare",
+        ],
+    ),
+]
+
+
+def _rank_correlation(a: Tensor, b: Tensor) -> float:
+    """Spearman's rho of |a| and |b|: Pearson's correlation of their ranks."""
+    ranks = [x.abs().argsort().argsort().double() for x in (a, b)]
+    return float(torch.corrcoef(torch.stack(ranks))[0, 1])
+
+
+def _peak_rss_during(work: Callable[[], object]) -> tuple[object, float]:
+    """work()'s result and the most resident memory it added (MB), sampled every 10 ms."""
+    import threading
+
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * page
+
+    start, peak, done = rss(), [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.01):
+            peak[0] = max(peak[0], rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        sampler.join()
+    return result, max(0, max(peak[0], rss()) - start) / 1e6
+
+
+def bench_circuits(mode: Mode) -> dict:
+    """Circuit discovery on the ready-made models (see the module docstring, 10)."""
+    quick = mode == QUICK
+    out = _bench_circuit("reverse_2l4h", 32 if quick else 256, position=0)
+    return out | _bench_circuit("shakespeare", 8 if quick else 128, position=1)
+
+
+def _bench_circuit(name: str, count: int, position: int) -> dict:
+    """The circuit figures of one ready-made model on `count` examples and their corruption."""
+    from transformer_lab import load
+    from transformer_lab.analysis import circuits
+
+    progress(f"circuits: {name}, {count} examples")
+    checkpoint = load(f"pretrained:{name}")
+    clean, corrupted = checkpoint.corrupted_pairs(count, position=position)
+
+    scorers = {"eap": circuits.score_eap, "eap_ig": circuits.score_eap_ig, "acdc": circuits.score_acdc}
+
+    def scores(method: str) -> Tensor:  # from the examples to the scores (eap's time only, with kl: its
+        setup = circuits.prepare(checkpoint.model, *clean, corrupted)  # scores are 0 there)
+        return scorers[method](setup)
+
+    def median_seconds(work: Callable[[], object], repeats: int = 3) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    scores("eap")  # warm-up
+    out = {f"circuit_eap_{name}_s": median_seconds(lambda: scores("eap"))}
+    if name == "shakespeare":
+        out[f"circuit_eap_ig_{name}_s"] = median_seconds(lambda: scores("eap_ig"))
+        out["circuit_eap_ig_over_eap"] = out[f"circuit_eap_ig_{name}_s"] / out[f"circuit_eap_{name}_s"]
+    else:
+        out[f"circuit_acdc_{name}_s"] = median_seconds(lambda: scores("acdc"), repeats=1)
+    setup = circuits.prepare(checkpoint.model, *clean, corrupted)
+    out[f"circuit_patching_{name}_copies"] = circuits.replicas_for(setup.model, setup.inputs, setup.graph)
+    started = time.perf_counter()
+    exact, out[f"circuit_patching_{name}_mb"] = _peak_rss_during(lambda: circuits.score_patching(setup, None))
+    out[f"circuit_patching_{name}_s"] = time.perf_counter() - started
+    if setup.metric.name == "logit_diff":  # (with kl eap's scores are all 0)
+        out[f"circuit_eap_rank_{name}"] = _rank_correlation(exact, circuits.score_eap(setup))
+    out[f"circuit_eap_ig_rank_{name}"] = _rank_correlation(exact, circuits.score_eap_ig(setup, 5))
+    return out
+
+
 # ------------------------------------------------------------------------------------------ report
 ROWS = [  # (figure, format of the value, the results keys it shows; the first one is checked against TARGETS)
     ("training, Lightning (project)", "{:,.0f} tokens/s", ["lightning_tokens_per_s"]),
@@ -1008,6 +1161,16 @@ ROWS = [  # (figure, format of the value, the results keys it shows; the first o
         ["end_to_end_fit_tokens_per_s", "end_to_end_step_tokens_per_s"],
     ),
     ("whole run: fit tokens/s over training-step tokens/s", "{:.3f}", ["end_to_end_over_loop"]),
+    (
+        "whole run: snapshots' share of the fit (seconds; files, MB on disk)",
+        "{:.2%} ({:.2f} s; {:.0f} files, {:.1f} MB)",
+        [
+            "end_to_end_snapshot_share",
+            "end_to_end_snapshot_seconds",
+            "end_to_end_snapshots",
+            "end_to_end_snapshot_mb",
+        ],
+    ),
     (
         "whole run: start-up / fit / after the fit (test)",
         "{:.1f} / {:.1f} / {:.1f} s",
@@ -1067,6 +1230,7 @@ ROWS = [  # (figure, format of the value, the results keys it shows; the first o
         ["explorer_long_live_ms", "explorer_long_update_ms", "explorer_long_worker"],
     ),
 ]
+ROWS += CIRCUIT_ROWS
 
 
 def table(results: dict, check_targets: bool) -> str:
@@ -1139,6 +1303,8 @@ def main(argv: list[str] | None = None) -> dict:
             results.update(bench_explorer(mode, workdir))
         if "threads" in phases:
             results.update(bench_threads(mode, workdir))
+        if "circuits" in phases:
+            results.update(bench_circuits(mode))
     results.update(
         mode=mode_name,
         overrides=" ".join(args.overrides),

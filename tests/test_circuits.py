@@ -195,6 +195,7 @@ def test_the_refusals_are_one_line_and_name_the_fix():
         ),
         (dict(method="patching", max_seconds=1e-9), r"method=patching would take about .* use method=eap"),
         (dict(ablation="half"), r"ablation=half is unknown; use ablation=corrupted \| zero \| mean"),
+        (dict(method="eap", metric="kl"), "method=eap with metric=kl scores every edge 0.*use method=eap_ig"),
     ]
     for overrides, message in cases:
         args = dict(inputs=clean, labels=labels, corrupted=(bad, bad_labels)) | overrides
@@ -206,8 +207,9 @@ def test_the_refusals_are_one_line_and_name_the_fix():
 def test_without_a_corruption_zero_ablation_and_kl_still_work():
     model = _model("encoder", norm_first=False)
     (clean, labels), _ = _pairs("encoder")
-    result = circuits.discover(model, clean, labels, None, method="eap", metric="kl", ablation="zero")
+    result = circuits.discover(model, clean, labels, None, metric="kl", ablation="zero")
     assert result.level == "node" and result.metric == "kl" and len(result.to_dict()["node_scores"]) == 8
+    assert result.method == "eap_ig"  # the default with kl, whose gradient at the clean input is 0
 
 
 def test_shakespeare_corruption_changes_one_character_and_keeps_the_answer():

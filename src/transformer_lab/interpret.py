@@ -60,7 +60,7 @@ KEYS = {
     "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16, "
     "dynamics 256)",
     "method": "heads: zero | mean ablation (default zero); circuit: eap | eap_ig | patching | acdc (default "
-    "eap)",
+    "eap, or eap_ig with metric=kl)",
     "metric": "circuit: logit_diff | kl (default: logit_diff where the corruption changes the answer)",
     "ablation": "circuit: what an edge outside the circuit carries: corrupted | zero | mean (default "
     "corrupted)",

@@ -134,7 +134,7 @@ def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], ou
     from transformer_lab.pretrained import answer_keys
 
     check_args(args)
-    method, ablation = args.get("method", "eap"), args.get("ablation", "corrupted")
+    method, ablation = args.get("method"), args.get("ablation", "corrupted")  # method: see discover
     metric = args.get("metric")
     clean, corrupted = _pairs(checkpoint, count, args, ablation == "corrupted" or metric == "logit_diff")
     key = answer_keys.key_for(args["ckpt_path"])
@@ -153,7 +153,7 @@ def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], ou
     print(summary(result, args["ckpt_path"]))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "circuit.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
-    title = f"{args['ckpt_path']}: {method} ({result.num_examples} examples, {result.metric})"
+    title = f"{args['ckpt_path']}: {result.method} ({result.num_examples} examples, {result.metric})"
     figure = circuit_graph(result, title)
     for suffix in ("png", "svg"):
         figure.savefig(out_dir / f"circuit.{suffix}", dpi=100)

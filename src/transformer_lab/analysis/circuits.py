@@ -400,8 +400,31 @@ class Patcher:
         return activation + change[..., 0].reshape(activation.shape)
 
     def hooks(self) -> list[tuple[str, Callable]]:
-        pairs = [(hook, self._on_output) for hook in self.outputs_by_hook]
-        return pairs + [(hook, self._on_input) for hook in self.readers_by_hook]
+        """What this pass hooks: the inputs some copy patches and the outputs they need (a layer whose
+        inputs nothing patches runs as usual: no per-head copies); every input when gradients are kept."""
+        replaced = [
+            hook for hook, nodes in self.outputs_by_hook.items() if any(n in self.replace for n in nodes)
+        ]
+        if self.graph.level == "node":
+            if self.keep is not None:
+                outputs = list(self.outputs_by_hook)
+            elif self.mask is None:
+                outputs = replaced
+            else:
+                outputs = [h for h in self.outputs_by_hook if bool(self.mask[:, self.unit_index[h]].any())]
+            return [(hook, self._on_output) for hook in outputs]
+        if self.mask is None:
+            readers = list(self.readers_by_hook) if self.keep is not None else []
+            needed: set[int] = set()
+        else:
+            readers = [h for h in self.readers_by_hook if bool(self.mask[:, self.unit_index[h]].any())]
+            needed = {u for hook in readers for u in self.sources(hook)}
+        outputs = [
+            hook
+            for hook, nodes in self.outputs_by_hook.items()
+            if hook in replaced or any(n in needed for n in nodes)
+        ]
+        return [(hook, self._on_output) for hook in outputs] + [(hook, self._on_input) for hook in readers]
 
     # -- runs
     def run(self, mask: Tensor | None = None) -> Tensor:
@@ -819,9 +842,15 @@ class Circuit:
 
 def score(
     setup: Setup, method: str, steps: int = 5, threshold: float = 0.01, max_seconds: float | None = 600.0
-):
+) -> tuple[Tensor, Tensor | None]:
     """The scores of `method` (and, for acdc, the units it kept)."""
     require(method in METHODS, f"method={method} is unknown; use method={' | '.join(METHODS)}")
+    require(
+        not (method == "eap" and setup.metric.name == "kl"),
+        "method=eap with metric=kl scores every edge 0: KL divergence to the clean output has zero gradient "
+        "at the clean input, where eap takes it; use method=eap_ig (integrated gradients), or "
+        "metric=logit_diff where the corruption changes the answer",
+    )
     if method == "eap":
         return score_eap(setup), None
     if method == "eap_ig":
@@ -836,7 +865,7 @@ def discover(
     inputs: Tensor | tuple[Tensor, ...],
     labels: Tensor,
     corrupted: Batch | None = None,
-    method: str = "eap",
+    method: str | None = None,
     metric: str | None = None,
     ablation: str = "corrupted",
     steps: int = 5,
@@ -845,11 +874,15 @@ def discover(
     truth: Sequence[str] | None = None,
     max_seconds: float | None = 600.0,
 ) -> Circuit:
-    """Score every edge (node) with `method`, evaluate the top-k circuits, find the smallest reaching
-    0.9 faithfulness; with `truth` (an answer key's circuit: edge names `src -> dst`, or node names), also
-    the ROC AUC of the scores against it."""
-    require(method in METHODS, f"method={method} is unknown; use method={' | '.join(METHODS)}")
+    """Score every edge (node) with `method` (default: eap for logit_diff, eap_ig for kl), evaluate the
+    top-k circuits, find the smallest reaching 0.9 faithfulness; with `truth` (an answer key's circuit:
+    edge names `src -> dst`, or node names), also the ROC AUC of the scores against it."""
+    require(
+        method is None or method in METHODS, f"method={method} is unknown; use method={' | '.join(METHODS)}"
+    )
     setup = prepare(model, inputs, labels, corrupted, metric, ablation, level)
+    if method is None:  # eap where its gradient says something; KL's is 0 at the clean input
+        method = "eap" if setup.metric.name == "logit_diff" else "eap_ig"
     started = time.perf_counter()
     scores, kept = score(setup, method, steps, threshold, max_seconds)
     seconds = time.perf_counter() - started
