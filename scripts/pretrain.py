@@ -141,6 +141,8 @@ def package(name: str, run_dir: Path) -> None:
     best = run_dir / "checkpoints" / "best.ckpt"
     require(best.is_file(), f"{run_dir} has no checkpoints/best.ckpt")
     entry = pretrained.record(name)
+    if entry.get("snapshots") is not None:  # a series: the run's snapshots, the model is the last of them
+        best = ship_snapshots(name, run_dir, entry)
     stripped = shippable(torch.load(best, map_location="cpu", weights_only=True))
     target = pretrained.DIRECTORY / entry["file"]
     tmp = target.with_name(f".{target.name}.tmp")
@@ -182,7 +184,36 @@ def package(name: str, run_dir: Path) -> None:
         size_bytes=target.stat().st_size,
         sha256=sha256(target),
     )
+    if entry.get("snapshots") is not None:  # the last snapshot is the model's file, rewritten stripped
+        series = entry["snapshots"]
+        series["sha256"][target.name] = entry["sha256"]
+        series["size_bytes"] = sum((target.parent / file).stat().st_size for file in series["sha256"])
     write_record(name, entry)
+
+
+def ship_snapshots(name: str, run_dir: Path, entry: dict) -> Path:
+    """Copy the run's snapshots (already shippable files) into the package folder the record names, each
+    recorded with its sha256; the model's own file becomes the last snapshot (set in `entry`). Returns
+    the run's last snapshot."""
+    import shutil
+
+    from transformer_lab import snapshots
+
+    found = snapshots.find(run_dir)
+    folder = pretrained.DIRECTORY / entry["snapshots"]["directory"]
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("step_*.ckpt"):
+        old.unlink()
+    for snapshot in found:
+        shutil.copyfile(snapshot.path, folder / snapshot.path.name)
+    entry["snapshots"]["sha256"] = {s.path.name: sha256(folder / s.path.name) for s in found}
+    entry["snapshots"]["size_bytes"] = sum((folder / s.path.name).stat().st_size for s in found)
+    entry["file"] = f"{entry['snapshots']['directory']}/{found[-1].path.name}"
+    print(
+        f"  {len(found)} snapshots, {entry['snapshots']['size_bytes'] / 1e6:.2f} MB, into {folder}",
+        flush=True,
+    )
+    return found[-1].path
 
 
 def measure(file: Path) -> dict:

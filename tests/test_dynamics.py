@@ -77,7 +77,10 @@ def test_the_steepest_change_is_the_phase_change_per_log_step():
     assert dynamics.steepest_change(steps, loss, "fall") == 6  # between steps 16 and 32
     assert dynamics.steepest_change(steps, loss, "rise") is None
     event = dynamics.event("loss", steps, loss)
-    assert event == {"step": 32, "what": "loss fell fastest (3.1 -> 1.2 between steps 16 and 32)"}
+    assert event == {
+        "step": 32,
+        "what": "loss fell fastest (3.1 -> 1.2 between steps 16 and 32; half way at step 22)",
+    }
     assert dynamics.event("loss", steps, [3.5] * 8 + [3.49]) is None  # no phase change: a flat curve
     with pytest.raises(ValueError, match="direction='up'"):
         dynamics.steepest_change(steps, loss, "up")

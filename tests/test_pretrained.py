@@ -22,6 +22,7 @@ SHIPPED = {
     "reverse_2l4h": EncoderClassifier,
     "sort": EncoderDecoder,
     "shakespeare": DecoderLM,
+    "induction_heads": DecoderLM,  # and its 32 snapshots (tests/test_dynamics_page.py)
 }
 # What each model must reach whatever its record says, so a badly trained model cannot be recorded as fine:
 # (metric, bound, higher is better).
@@ -30,8 +31,15 @@ GOOD_ENOUGH = {
     "reverse_2l4h": ("test/acc", 0.99, True),
     "sort": ("test/seq_acc", 0.99, True),
     "shakespeare": ("test/bpc", 2.8, False),  # nanoGPT's CPU setting reaches val loss ~1.88 nats = 2.71 bpc
+    "induction_heads": ("test/acc", 0.9, True),  # the repeated tokens, copied by the induction heads
 }
-SIZES = {"reverse": (1, 1), "reverse_2l4h": (2, 4), "sort": (2, 4), "shakespeare": (4, 4)}  # layers, heads
+SIZES = {  # layers, heads
+    "reverse": (1, 1),
+    "reverse_2l4h": (2, 4),
+    "sort": (2, 4),
+    "shakespeare": (4, 4),
+    "induction_heads": (2, 2),
+}
 
 
 def test_every_listed_model_is_shipped_and_all_are_a_few_mb():
@@ -40,7 +48,7 @@ def test_every_listed_model_is_shipped_and_all_are_a_few_mb():
     total = 0
     for name in SHIPPED:
         record, file = pretrained.record(name), pretrained.path(name)
-        assert file.parent == pretrained.DIRECTORY and file.name == record["file"]
+        assert file == pretrained.DIRECTORY / record["file"]  # in a folder of its own: a series of snapshots
         assert file.stat().st_size == record["size_bytes"]
         assert hashlib.sha256(file.read_bytes()).hexdigest() == record["sha256"]
         assert record["test_metrics"] and set(record["headline"]) <= set(record["test_metrics"])
@@ -164,6 +172,7 @@ def test_a_shipped_file_with_flipped_bytes_is_refused_not_believed(tmp_path, mon
     copy.mkdir()
     (copy / "models.json").write_text(pretrained.RECORDS.read_text())
     for name in SHIPPED:
+        (copy / pretrained.record(name)["file"]).parent.mkdir(exist_ok=True)
         (copy / pretrained.record(name)["file"]).write_bytes(pretrained.path(name).read_bytes())
     damaged = bytearray((copy / "reverse.ckpt").read_bytes())
     damaged[len(damaged) // 2] ^= 0xFF  # one byte of the weights

@@ -58,21 +58,40 @@ def direction_of(name: str) -> str:
 MIN_CHANGE = 0.02  # a phase change moves a score (or a loss, in nats) by more than this between snapshots
 
 
+def halfway(steps: Sequence[int], values: Sequence[float], direction: str = "rise") -> float | None:
+    """The step at which `values` first got half way from their first value to their extreme (the highest
+    for `rise`, the lowest for `fall`), interpolated linearly in log(step) between two snapshots: finer than
+    the snapshots' spacing, to tell which of several curves that jump between the same two snapshots
+    moved first. None if they never move."""
+    sign = 1.0 if direction == "rise" else -1.0
+    moved = [sign * (v - values[0]) for v in values]
+    target = max(moved) / 2
+    if target <= 0:
+        return None
+    i = next(i for i, m in enumerate(moved) if m >= target)
+    if i == 0:
+        return float(steps[0])
+    lo, hi = math.log(max(steps[i - 1], 1)), math.log(max(steps[i], 1))
+    share = (target - moved[i - 1]) / (moved[i] - moved[i - 1])
+    return math.exp(lo + share * (hi - lo))
+
+
 def event(
     name: str, steps: Sequence[int], values: Sequence[float], direction: str | None = None
 ) -> dict | None:
-    """`{"step": s, "what": "<name> rose fastest (a -> b between steps r and s)"}` at the end of the
-    steepest stretch of `values` (`steepest_change`, moving by more than MIN_CHANGE); None if there is
-    none."""
+    """`{"step": s, "what": "<name> rose fastest (a -> b between steps r and s; half way at step h)"}` at
+    the end of the steepest stretch of `values` (`steepest_change`, moving by more than MIN_CHANGE), with
+    the step it got half way (`halfway`); None if there is no such stretch."""
     direction = direction or direction_of(name)
     i = steepest_change(steps, values, direction, MIN_CHANGE)
     if i is None:
         return None
     verb = "fell" if direction == "fall" else "rose"
+    half = halfway(steps, values, direction)
     return {
         "step": int(steps[i]),
         "what": f"{name} {verb} fastest ({values[i - 1]:.3g} -> {values[i]:.3g} between steps {steps[i - 1]} "
-        f"and {steps[i]})",
+        f"and {steps[i]}; half way at step {half:.0f})",
     }
 
 

@@ -27,23 +27,34 @@ def in_nats(name: str) -> bool:
 
 
 def _log_steps(ax) -> None:
+    from matplotlib.ticker import FuncFormatter
+
     ax.set_xscale("symlog", linthresh=1)
     ax.set_xlim(left=0)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
     ax.grid(True, which="major", alpha=0.3)
 
 
 def _events(axes, result: Dynamics, label_ax) -> None:
-    """A dotted line at each event's step on every panel; short labels on `label_ax`."""
-    for number, event in enumerate(result.events):
-        for ax in axes:
-            ax.axvline(event["step"], color="grey", linestyle=":", linewidth=1)
+    """A dotted line at each step where something changed fastest, on every panel, labelled on
+    `label_ax` with what changed there (heads counted, not named: the console and the JSON name them)."""
+    at: dict[int, list[str]] = {}
+    for event in result.events:
         name = event["what"].split(" rose ")[0].split(" fell ")[0]
+        at.setdefault(event["step"], []).append(name)
+    for number, (step, names) in enumerate(sorted(at.items())):
+        for ax in axes:
+            ax.axvline(step, color="grey", linestyle=":", linewidth=1)
+        heads = [n for n in names if n.endswith(" score")]
+        shown = [n for n in names if not n.endswith(" score")]
+        shown += [f"{len(heads)} head{'s' * (len(heads) != 1)}"] if heads else []
         label_ax.annotate(
-            name,
-            (event["step"], 1.0),
+            f"step {step}: " + ", ".join(shown),
+            (step, 1.0),
             xycoords=("data", "axes fraction"),
-            xytext=(2, -10 - 9 * (number % 4)),
+            xytext=(-3, -12 - 10 * (number % 3)),
             textcoords="offset points",
+            ha="right",
             fontsize=7,
             color="dimgrey",
         )
