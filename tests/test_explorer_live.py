@@ -631,6 +631,26 @@ def test_web_worker_runs_the_views(reverse_page, opened):
     assert live.errors == []
 
 
+def test_maps_over_the_budget_store_the_last_layer_and_the_page_computes_the_rest(
+    arch_pages, opened, tmp_path, monkeypatch
+):
+    """A live page whose maps do not fit stores each kind's last layer (its first view); once its model
+    runs, every layer is there, computed in the page."""
+    model = arch_pages["encoder_decoder"][0]
+    monkeypatch.setattr("transformer_lab.explorer.page.ATTENTION_BUDGET", 300)
+    page = explore(model, [[5, 6, 7, 8, 9, 4, 5]], ablation=False)
+    kinds = page_data(page)["kinds"]
+    assert [k["first"] for k in kinds] == [1, 1, 1] and all(k["maps"]["shape"][0] == 1 for k in kinds)
+    assert all(k["first"] == 0 for k in page_data(explore(model, [[5, 6, 7]], live=False))["kinds"])
+    path = tmp_path / "partial.html"
+    page.save(path)
+    live = opened(path)
+    live.page.click(".tab[data-view='model']")
+    assert live.page.locator(".model-grid .heatmap").count() == 2 * 2  # 2 layers x 2 heads, computed
+    assert live.page.eval_on_selector_all("#layer-select option", "os => os.map(o => o.value)") == ["0", "1"]
+    assert live.errors == []
+
+
 def test_float16_page_runs_the_rounded_model(arch_pages, opened, tmp_path):
     """weights=float16 (opt-in): the page is exact for the model with the same rounded weights."""
     from transformer_lab.explorer.live import rounded_model

@@ -187,6 +187,11 @@
   };
   const kind = () => kinds[state.kind];
   const mapIndex = (layer, head) => layer * HEADS + head;
+  // A live page whose maps did not fit stores only each kind's last layer (`first` is its number) until
+  // its model has run; layers are numbered as the model numbers them, maps indexed from `first`.
+  const firstLayer = (k) => k.first || 0;
+  const lastLayer = (k) => firstLayer(k) + k.stack.shape[0] - 1;
+  const mapOf = (k, layer, head) => mapIndex(layer - firstLayer(k), head);
   const predictionsAlign = () => current.predictions.kinds.includes(kind().name);
   const overlaysAlign = () => DATA.overlays.kind === kind().name;
 
@@ -376,7 +381,8 @@
     $("summary").textContent =
       `${s.architecture} model · ${s.shape} · ` +
       `${s.parameters.toLocaleString("en")} parameters · ${plural(current.input.length, "input token")}. ` + DATA.notes.join(" ") +
-      (levels && levels < 255 ? ` Attention weights are stored to 1/${levels} of each row's largest (thinned to keep the file small).` : "");
+      (levels && levels < 255 ? ` Attention weights are stored to 1/${levels} of each row's largest (thinned to keep the file small).` : "") +
+      (kinds[0] && firstLayer(kinds[0]) > 0 ? " The page stores the last layer's attention; it computes every layer when its model runs." : "");
     const io = $("io");
     // characters as the text they are (newlines and tabs made visible), other tokens apart
     const parts = [el("b", { text: "input  " }), joinTokens(current.input), el("br"), el("b", { text: "output " }), joinTokens(current.output)];
@@ -403,8 +409,9 @@
   function drawHeadControls() {
     const k = kind();
     const layerSelect = $("layer-select");
-    layerSelect.replaceChildren(...Array.from({ length: k.stack.shape[0] }, (_, l) => el("option", { value: l, text: `${l}` })));
-    state.layer = Math.max(0, Math.min(state.layer, k.stack.shape[0] - 1));
+    const first = firstLayer(k);
+    layerSelect.replaceChildren(...Array.from({ length: k.stack.shape[0] }, (_, i) => el("option", { value: first + i, text: `${first + i}` })));
+    state.layer = Math.max(first, Math.min(state.layer, lastLayer(k)));
     layerSelect.value = state.layer;
     const chips = $("head-chips");
     chips.replaceChildren(
@@ -430,7 +437,7 @@
       for (let h = 0; h < HEADS; h++) {
         let entropy = 0;
         for (let c = 0; c < stack.C; c++) {
-          const a = stack.value(mapIndex(layer, h), r, c);
+          const a = stack.value(mapOf(k, layer, h), r, c);
           if (a > 0) entropy -= a * Math.log(a);
         }
         score += 1 - entropy / Math.log(visible);
@@ -534,7 +541,7 @@
     const spread = Math.min(2, (ROW_H - 4) / HEADS); // heads' lines a little apart, so each colour shows
     state.heads.forEach((on, h) => {
       if (!on) return;
-      const m = mapIndex(state.layer, h);
+      const m = mapOf(k, state.layer, h);
       const dy = (h - (HEADS - 1) / 2) * spread;
       const others = sel.side === "query" ? stack.C : stack.R;
       for (let j = 0; j < others; j++) {
@@ -667,13 +674,16 @@
     const { R, C } = stack;
     const aspect = R / C;
     const removed = removedInKind(k);
-    for (let l = 0; l < layers; l++) {
+    const first = firstLayer(k);
+    if (first > 0) cells.push(el("span", { class: "axis stale", style: { "grid-column": "1 / -1" }, text: `layers 0 to ${first - 1}: shown once the page's model has run` }));
+    for (let i = 0; i < layers; i++) {
+      const l = first + i; // the layer's number in the model
       cells.push(el("span", { class: "axis", text: `layer ${l}` }));
       for (let h = 0; h < HEADS; h++) {
         const canvas = el("canvas", { class: "heatmap", "data-layer": l, "data-head": h, width: C, height: R, title: `layer ${l}, head ${h}` });
         canvas.style.width = `${aspect > 1 ? Math.round(thumb / aspect) : thumb}px`;
         canvas.style.height = `${aspect > 1 ? thumb : Math.round(thumb * aspect)}px`;
-        paintThumb(canvas, stack, mapIndex(l, h), state.colour);
+        paintThumb(canvas, stack, mapIndex(i, h), state.colour);
         if (l === state.enlarged.layer && h === state.enlarged.head) canvas.classList.add("selected");
         if (removed.has(`${l}:${h}`)) {
           canvas.classList.add("removed");
@@ -724,8 +734,8 @@
     const k = kind();
     const { layer, head: h } = state.enlarged;
     const canvas = $("enlarged");
-    if (layer >= k.stack.shape[0]) state.enlarged = { layer: 0, head: 0 };
-    const m = mapIndex(state.enlarged.layer, state.enlarged.head);
+    if (layer < firstLayer(k) || layer > lastLayer(k)) state.enlarged = { layer: lastLayer(k), head: 0 };
+    const m = mapOf(k, state.enlarged.layer, state.enlarged.head);
     const matrix = k.stack.matrix(m);
     const top = colourTop(k.stack, m, state.colour);
     const shade = { R: matrix.R, C: matrix.C, get: (r, c) => matrix.get(r, c) / top(r) };
@@ -774,7 +784,7 @@
       }
     }
     for (const v of values) max = Math.max(max, v);
-    return { R: stack.R, C: stack.C, get: (r, c) => values[r * stack.C + c], max, layer, title: k.title };
+    return { R: stack.R, C: stack.C, get: (r, c) => values[r * stack.C + c], max, layer: firstLayer(k) + layer, title: k.title };
   }
 
   function drawOverlaysView() {
@@ -1001,7 +1011,7 @@
       const l = Number(thumb.dataset.layer);
       const hd = Number(thumb.dataset.head);
       const x = 70 + hd * (w + 6);
-      const y = 70 + l * (h + 6);
+      const y = 70 + (l - firstLayer(k)) * (h + 6);
       ctx.drawImage(thumb, x, y, w, h);
       ctx.strokeStyle = "#d1d9e0";
       ctx.strokeRect(x - 0.5, y - 0.5, w + 1, h + 1);
@@ -1201,7 +1211,7 @@
     $("kind-select").value = index;
     state.selected = null;
     for (const view of KIND_VIEWS) drawn[view] = false;
-    state.enlarged = { layer: 0, head: 0 };
+    state.enlarged = { layer: lastLayer(kind()), head: 0 };
     DRAW.head();
     drawn.head = true;
     if (state.view === "model") show("model");
@@ -1532,7 +1542,7 @@
       const { Tq, Tk } = parts[0];
       const data = new Float32Array(parts.length * HEADS * Tq * Tk);
       parts.forEach((p, l) => data.set(p.data, l * HEADS * Tq * Tk));
-      return { ...k, rows: tokens[layers[0].queries], cols: tokens[layers[0].keys], stack: new FloatStack([parts.length, HEADS, Tq, Tk], data) };
+      return { ...k, first: 0, rows: tokens[layers[0].queries], cols: tokens[layers[0].keys], stack: new FloatStack([parts.length, HEADS, Tq, Tk], data) };
     });
     // predictions: top-3 per position of the last input
     const { T, C } = result;
@@ -2053,7 +2063,7 @@
       const index = kinds.findIndex((k) => k.name === params.get("kind"));
       if (index >= 0) state.kind = index;
     }
-    if (params.has("layer")) state.layer = Math.max(0, Math.min(Number(params.get("layer")) || 0, kind().stack.shape[0] - 1));
+    if (params.has("layer")) state.layer = Math.max(firstLayer(kind()), Math.min(Number(params.get("layer")) || 0, lastLayer(kind())));
     if (params.has("query")) state.selected = { side: "query", index: Number(params.get("query")) || 0 };
     return params.get("view");
   }
@@ -2077,7 +2087,8 @@
     // every page on its last layer and the query whose attention there is sharpest
     state.kind = Math.max(0, kinds.findIndex((k) => k.name === DATA.overlays.kind));
     const params = readFragment();
-    state.layer = kind().stack.shape[0] - 1;
+    state.layer = lastLayer(kind());
+    state.enlarged = { layer: state.layer, head: 0 };
     state.selected = null;
     const view = applyFragmentView(params);
     if (!state.selected) state.selected = { side: "query", index: sharpestQuery(kind(), state.layer) };

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from transformer_lab.explorer.collect import ExplorerData
-from transformer_lab.explorer.pack import pack, pack_within
+from transformer_lab.explorer.pack import LEVELS, pack, pack_within
 from transformer_lab.files import write_atomically
 
 MARKER = re.compile(r"<!--explorer:(title|css|model|js|data)-->")
@@ -48,17 +48,28 @@ class ExplorerPage(str):
 def payload(
     data: ExplorerData,
     title: str,
-    budget: int = ATTENTION_BUDGET,
+    budget: int | None = None,
     live: dict | None = None,
     live_note: str | None = None,
 ) -> dict:
     """The page's JSON: everything `explorer.js` reads (see the keys it uses there). The attention maps
-    take at most `budget` characters (see `pack.pack_within`). `live`: the model for the page to run
-    (`live.live_payload`); `live_note`: why a page that was asked to be live is not."""
-    maps = pack_within([kind.maps for kind in data.kinds], budget)
+    take at most `budget` characters (default ATTENTION_BUDGET; see `pack.pack_within`). `live`: the
+    model for the page to run (`live.live_payload`); `live_note`: why a page asked to be live is not.
+
+    A live page whose maps do not fit at full precision stores only each kind's last layer (the first
+    view: `first` names it), as precise as fits: the page computes every layer itself once its model
+    runs. A precomputed page stores every layer, as coarse as it must."""
+    budget = budget or ATTENTION_BUDGET
+    arrays = [kind.maps for kind in data.kinds]
+    first = [0] * len(arrays)
+    maps = pack_within(arrays, budget)
+    if live is not None and maps[0]["levels"] < LEVELS[0]:
+        first = [len(a) - 1 for a in arrays]
+        maps = pack_within([a[-1:] for a in arrays], budget)
     kinds = [
-        {key: value for key, value in asdict(kind).items() if key != "maps"} | {"maps": packed}
-        for kind, packed in zip(data.kinds, maps, strict=True)
+        {key: value for key, value in asdict(kind).items() if key != "maps"}
+        | {"maps": packed, "first": start}
+        for kind, packed, start in zip(data.kinds, maps, first, strict=True)
     ]
     overlays = [
         {"name": o.name, "title": o.title, "vmax": o.vmax, "matrix": pack(o.matrix)} for o in data.overlays
