@@ -82,6 +82,9 @@ def test_the_steepest_change_is_the_phase_change_per_log_step():
         "what": "loss fell fastest (3.1 -> 1.2 between steps 16 and 32; half way at step 22)",
     }
     assert dynamics.event("loss", steps, [3.5] * 8 + [3.49]) is None  # no phase change: a flat curve
+    # a late spike and its recovery (a slingshot after grokking) is no new progress: the rise is the jump
+    accuracy = [0.3, 0.3, 0.3, 0.3, 0.3, 0.8, 1.0, 0.2, 1.0]  # the recovery (0.8) is larger than the jump
+    assert dynamics.steepest_change(steps, accuracy, "rise") == 5
     with pytest.raises(ValueError, match="direction='up'"):
         dynamics.steepest_change(steps, loss, "up")
 

@@ -33,20 +33,25 @@ def steepest_change(
     steps: Sequence[int], values: Sequence[float], direction: str = "rise", min_change: float = 0.0
 ) -> int | None:
     """The index i of the interval (steps[i - 1], steps[i]) over which `values` rose (or fell) fastest per
-    unit of log(step): argmax_i ±(v_i - v_{i-1}) / (log s_i - log s_{i-1}), steps of 0 counted as 1 (on
-    a log-step axis, the steepest stretch of the curve), among the intervals where it moved by more than
-    `min_change`. None if it never does."""
+    unit of log(step), steps of 0 counted as 1 (on a log-step axis, the steepest stretch of the curve):
+    argmax_i g_i / (log s_i - log s_{i-1}), where g_i is how far v_i goes beyond every value before it (a
+    new high for `rise`, a new low for `fall`), so that the recovery from a dip (a loss spike) does not
+    count as progress; among the intervals where g_i is more than `min_change`. None if there is none."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction={direction!r}: use rise or fall")
     sign = 1.0 if direction == "rise" else -1.0
     best, best_rate = None, 0.0
+    record = sign * values[0] if values else 0.0
     for i in range(1, len(steps)):
         width = math.log(max(steps[i], 1)) - math.log(max(steps[i - 1], 1))
-        change = sign * (values[i] - values[i - 1])
-        if width <= 0 or not math.isfinite(change) or change <= min_change:
+        value = sign * values[i]
+        if not math.isfinite(value):
             continue
-        if change / width > best_rate:
-            best, best_rate = i, change / width
+        gain, record = value - record, max(record, value)
+        if width <= 0 or gain <= min_change:
+            continue
+        if gain / width > best_rate:
+            best, best_rate = i, gain / width
     return best
 
 
@@ -155,7 +160,10 @@ class Dynamics:
 
 class TaskScores:
     """What a task adds to the generic measures: nothing (the base class), or its own scores and per-head
-    measures. `prepare` sees the final snapshot first (e.g. to fix the key frequencies)."""
+    measures. `prepare` sees the final snapshot first (e.g. to fix the key frequencies). `directions`: the
+    scores whose phase change is not the default (a loss falls, any other score rises)."""
+
+    directions: dict[str, str] = {}  # noqa: RUF012  (read only)
 
     def prepare(self, final: Checkpoint) -> None:
         pass
@@ -195,7 +203,10 @@ class InductionTaskScores(TaskScores):
 
 class ModularAdditionTaskScores(TaskScores):
     """task=modular_addition: Nanda et al.'s progress measures over all p^2 pairs (`analysis.grokking`),
-    with the key frequencies of the final snapshot's embedding."""
+    with the key frequencies of the final snapshot's embedding. The excluded loss's phase change is its
+    rise: the training pairs come to be fitted through the key frequencies."""
+
+    directions = {"excluded_loss": "rise"}  # noqa: RUF012
 
     def __init__(self) -> None:
         self.task = None
@@ -300,14 +311,20 @@ def over_snapshots(
         if progress is not None:
             progress(f"step {snapshot.step:>8}: loss {loss:.3f}  acc {metric:.3f} ({number}/{len(found)})")
     result.notes = own.notes()
-    result.events = find_events(result, task_heads=list(task_heads))
+    result.events = find_events(result, task_heads=list(task_heads), directions=own.directions)
     return result
 
 
-def find_events(result: Dynamics, task_heads: Sequence[str] = (), formed: float = 0.3) -> list[dict]:
+def find_events(
+    result: Dynamics,
+    task_heads: Sequence[str] = (),
+    formed: float = 0.3,
+    directions: dict[str, str] | None = None,
+) -> list[dict]:
     """Where the loss fell and the accuracy rose fastest, where each of the task's scores changed fastest
-    (not the lens readings: they follow the accuracy), and where each head whose task score reaches
-    `formed` rose fastest (which head formed first), in order of step."""
+    (a loss falling, any other score rising, unless `directions` says otherwise; not the lens readings:
+    they follow the accuracy), and where each head whose task score reaches `formed` rose fastest (which
+    head formed first), in order of step."""
     steps = result.steps
     found = [
         event("loss", steps, result.loss, "fall"),
@@ -316,7 +333,7 @@ def find_events(result: Dynamics, task_heads: Sequence[str] = (), formed: float 
     for name, values in result.scores.items():
         if name.startswith("lens_") or values in (result.loss, result.metric):
             continue
-        found.append(event(name, steps, values))
+        found.append(event(name, steps, values, (directions or {}).get(name)))
     for measure in task_heads:
         series = result.heads[measure]  # [snapshot][layer][head]
         for layer, label in enumerate(result.layers):
