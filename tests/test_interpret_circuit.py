@@ -38,7 +38,8 @@ def test_an_answer_key_writes_its_circuit_and_grade(script, tmp_path, capsys):
     assert numbers["faithfulness"][-1]["faithfulness"] == pytest.approx(1.0, abs=1e-4)
     assert (tmp_path / "circuit.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "circuit.svg").read_text().lstrip().startswith("<?xml")
-    assert "Smallest circuit reaching 0.9 faithfulness: 2 edges (embed -> L1H0.v, L1H0 -> logits)" in out
+    smallest = "Smallest circuit reaching 0.9 faithfulness: 2 edges, strongest first"
+    assert f"{smallest} (L1H0 -> logits, embed -> L1H0.v)" in out
     assert "Against the answer key's circuit: ROC AUC 1.0000" in out
 
 

@@ -118,3 +118,18 @@ def test_the_hook_points_are_removed_when_the_block_raises_and_generation_still_
     with model.per_head_hooks():  # the caches of generation take the usual path
         out = model.generate(inputs[0], max_new_tokens=4)
     torch.testing.assert_close(out, model.generate(inputs[0], max_new_tokens=4))
+
+
+def test_the_example_of_docs_hooks_md_prints_what_the_page_shows():
+    import contextlib
+    import io
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "hooks.md").read_text().split("## Per-head inputs and outputs")[1]
+    code, shown = re.findall(r"```python\n(.*?)```\s*```\n(.*?)```", text, re.S)[0]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, "docs/hooks.md", "exec"), {})
+    assert printed.getvalue() == shown

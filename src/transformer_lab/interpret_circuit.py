@@ -115,13 +115,12 @@ def summary(result: Circuit, location: str) -> str:
     if result.circuit is None:
         lines.append("No circuit of these reaches 0.9 faithfulness")
     else:
-        members = (
-            [label(names[e]) for e in result.circuit]
-            if g.level == "edge"
-            else [nodes[g.nodes[n].name] for n in result.circuit]
-        )
+        units = result.circuit if g.level == "edge" else [g.scored.index(n) for n in result.circuit]
+        members = [label(names[u]) for u in sorted(units, key=lambda u: -abs(float(result.scores[u])))]
         shown = ", ".join(members[:12]) + (", ..." if len(members) > 12 else "")
-        lines.append(f"Smallest circuit reaching 0.9 faithfulness: {len(members)} {what} ({shown})")
+        lines.append(
+            f"Smallest circuit reaching 0.9 faithfulness: {len(members)} {what}, strongest first ({shown})"
+        )
     if result.answer_key_auc is not None:
         lines.append(f"Against the answer key's circuit: ROC AUC {result.answer_key_auc:.4f}")
     return "\n".join(lines)

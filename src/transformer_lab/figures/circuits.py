@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from transformer_lab.analysis.circuits import Circuit
 
 PART_COLOURS = {"q": "tab:blue", "k": "tab:green", "v": "tab:orange", "": "0.35"}
-MAX_FAINT = 40  # strongest edges outside the circuit drawn faintly
+MAX_FAINT = 30  # strongest edges outside the circuit drawn faintly
+MAX_DRAWN = 40  # strongest edges of the circuit drawn (a large circuit would be a thicket)
 
 
 def _positions(circuit: Circuit) -> dict[int, tuple[float, float]]:
@@ -43,15 +44,18 @@ def circuit_graph(circuit: Circuit, title: str) -> Figure:
     widest = max(
         sum(1 for n in g.nodes if (n.stack, n.row) == key) for key in {(n.stack, n.row) for n in g.nodes}
     )
-    fig = Figure(figsize=(max(6.0, 0.75 * widest * columns) + 3.8, 0.75 * height + 1.8), layout="constrained")
-    graph_ax, curve_ax = fig.subplots(1, 2, width_ratios=[max(3.0, 0.75 * widest * columns), 3.2])
+    width = max(5.0, 1.1 * widest * columns)
+    fig = Figure(figsize=(width + 4.0, 0.7 * height + 1.8), layout="constrained")
+    graph_ax, curve_ax = fig.subplots(1, 2, width_ratios=[width, 3.6])
     scores = np.abs(circuit.scores.numpy())
     top = float(scores.max()) if scores.size and scores.max() > 0 else 1.0
     chosen = set(circuit.circuit_units())
+    drawn = chosen
     if g.level == "edge":
-        order = np.argsort(-scores, kind="stable")
-        faint = [int(e) for e in order[: MAX_FAINT + len(chosen)] if int(e) not in chosen][:MAX_FAINT]
-        for e in [*faint, *sorted(chosen)]:
+        order = [int(e) for e in np.argsort(-scores, kind="stable")]
+        drawn = set([e for e in order if e in chosen][:MAX_DRAWN])
+        faint = [e for e in order if e not in chosen][:MAX_FAINT]
+        for e in [*faint, *sorted(drawn)]:
             u, r = g.edges[e]
             reader = g.readers[r]
             part = reader.name.rsplit(".", 1)[-1] if ".head." in reader.name else ""
@@ -62,9 +66,9 @@ def circuit_graph(circuit: Circuit, title: str) -> Figure:
                 [y0, y1 - 0.12],
                 color=PART_COLOURS[part],
                 linewidth=0.3 + 5.0 * scores[e] / top,
-                alpha=0.9 if e in chosen else 0.18,
+                alpha=0.9 if e in drawn else 0.18,
                 solid_capstyle="round",
-                zorder=2 if e in chosen else 1,
+                zorder=2 if e in drawn else 1,
             )
         node_scores: dict[int, float] = {}
     else:
@@ -97,11 +101,10 @@ def circuit_graph(circuit: Circuit, title: str) -> Figure:
         for part, colour in PART_COLOURS.items():
             graph_ax.plot([], [], color=colour, label=f"-> {part or 'MLP / output'}")
         graph_ax.legend(loc="upper left", fontsize=7, frameon=False)
-    size = (
-        "none reaches 0.9"
-        if circuit.circuit is None
-        else f"{len(chosen)} {'edges' if g.level == 'edge' else 'nodes'}"
-    )
+    what = "edges" if g.level == "edge" else "nodes"
+    size = "none reaches 0.9" if circuit.circuit is None else f"{len(chosen)} {what}"
+    if len(drawn) < len(chosen):
+        size += f" (the {len(drawn)} strongest drawn)"
     graph_ax.set_title(f"{circuit.method}, {g.level} level: circuit {size}", fontsize=9)
     curve_ax.plot(circuit.sizes, circuit.curve, marker="o", markersize=3)
     curve_ax.axhline(0.9, color="0.6", linestyle=":", linewidth=1)

@@ -1,0 +1,45 @@
+"""docs/circuits.md is run: every command of its `<!-- output -->` blocks and every Python block, in a
+temporary directory, their output compared with the text the page shows (numbers within the tolerance it
+states, 2% for the Python blocks: threads move last digits), and the figures it shows exist. About two
+minutes on a busy 2-core machine (exact patching of Shakespeare's 532 edges among them): slow."""
+
+import contextlib
+import io
+import re
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.pages import differences, page_steps, printed_by, shown_outputs
+
+PAGE = ROOT / "docs" / "circuits.md"
+
+
+def test_the_page_shows_its_figures_and_links():
+    text = PAGE.read_text()
+    for image in re.findall(r"\]\((circuits/[^)]+\.png)\)", text):
+        assert (PAGE.parent / image).is_file(), image
+    for page in ("interpret.md", "hooks.md", "labs.md", "performance.md"):
+        assert f"]({page}" in text
+    assert (
+        "circuits.md" in (ROOT / "README.md").read_text()
+        and "circuits.md" in (ROOT / "docs/labs.md").read_text()
+    )
+
+
+@pytest.mark.slow
+def test_the_page_prints_what_it_shows(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    problems = []
+    for commands, expected, tolerance in shown_outputs(PAGE):
+        found = differences(expected, printed_by(commands, tmp_path, full=False), tolerance)
+        problems += [f"{commands}\n{problem}" for problem in found]
+    for kind, code, expected in page_steps(PAGE):
+        if kind != "python" or expected is None:
+            continue
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, str(PAGE), "exec"), {})
+        problems += [f"{code[:60]}...\n{p}" for p in differences(expected, printed.getvalue(), 0.02)]
+    assert not problems, "\n\n".join(problems)
+    assert (tmp_path / "interpret_out" / "shakespeare" / "circuit.svg").is_file()
