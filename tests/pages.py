@@ -59,6 +59,8 @@ def run_training(args: list[str], tmp: Path, base: list[str] = FEW_STEPS) -> Non
         train(cfg)
         (job_dir / ".hydra").mkdir(exist_ok=True)
         OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, job_dir / ".hydra" / "config.yaml")
+        choices = OmegaConf.select(cfg, "hydra.runtime.choices") or {}  # the config groups each run picked
+        OmegaConf.save({"hydra": {"runtime": {"choices": choices}}}, job_dir / ".hydra" / "hydra.yaml")
         (job_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
 
 
