@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: install train test lint bench clean
+.PHONY: install train test reproduce lint bench clean
 
 install: $(STAMP)
 
@@ -19,6 +19,9 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
+
+reproduce: $(STAMP)  # the docs' training runs in full, their printed numbers compared (minutes)
+	$(PY) -m pytest -m reproduce $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
