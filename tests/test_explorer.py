@@ -466,3 +466,19 @@ def test_script_live_and_weights_arguments(script, checkpoints, tmp_path, capsys
     assert "live page" not in printed.out and page_data(out.read_text())["live"] is None
     assert "live=maybe is not true or false" in _fails(script, [encoder, "live=maybe", f"out={out}"], capsys)
     assert "weights=float64 is unknown" in _fails(script, [encoder, "weights=float64", f"out={out}"], capsys)
+
+
+def test_script_on_a_shipped_series_slides_over_its_snapshots(script, tmp_path, capsys):
+    """`ckpt_path=pretrained:<name>` of a model shipped with its training's snapshots: the slider holds
+    every snapshot once, the shipped model (the last snapshot) among them, and opens on it."""
+    from transformer_lab import pretrained
+
+    series = [name for name in pretrained.names() if pretrained.record(name).get("snapshots")]
+    if not series:
+        pytest.skip("no ready-made model ships a series of snapshots")
+    out = tmp_path / "series.html"
+    script.main([f"ckpt_path=pretrained:{series[0]}", f"out={out}"])
+    steps = [int(re.search(r"step_(\d+)", f.name).group(1)) for f in pretrained.snapshots(series[0])]
+    assert f"a step slider over {len(steps)} checkpoints" in capsys.readouterr().out
+    live = page_data(out.read_text())["live"]["series"]
+    assert live["steps"] == sorted(steps) and live["current"] == len(steps) - 1

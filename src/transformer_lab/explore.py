@@ -105,19 +105,28 @@ def _step(path: Path) -> int | None:
 
 
 def load_snapshots(files: list[Path], checkpoint: Checkpoint, device: torch.device) -> list:
-    """The snapshots as the explorer's `Snapshot`s, the checkpoint itself among them at its step."""
+    """The snapshots as the explorer's `Snapshot`s, the checkpoint among them: at its own step, or, where
+    it records none (a shipped file), as the snapshot whose weights it has (a series' final model)."""
+    import torch
+
     from transformer_lab.checkpoint import load
     from transformer_lab.explorer import Snapshot
 
+    step = checkpoint.global_step
     series = []
     for file in files:
-        if _step(file) == checkpoint.global_step:
-            continue  # the checkpoint itself stands for the snapshot of its step
         snapshot = load(file, device=device)
+        same = step is None and all(
+            torch.equal(value, checkpoint.weights[key]) for key, value in snapshot.weights.items()
+        )
+        if same:
+            step = _step(file)
+        if _step(file) == step:
+            continue  # the checkpoint itself stands for the snapshot of its step
         series.append(Snapshot(_step(file), f"step {_step(file)}", snapshot.model))
-    step = checkpoint.global_step
     name = checkpoint.file.name if checkpoint.file is not None else "checkpoint"
-    series.append(Snapshot(step if step is not None else -1, f"step {step} ({name})", checkpoint.model))
+    last = max((s.step for s in series), default=0)
+    series.append(Snapshot(step if step is not None else last + 1, f"step {step} ({name})", checkpoint.model))
     return sorted(series, key=lambda snapshot: snapshot.step)
 
 
