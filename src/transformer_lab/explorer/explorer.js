@@ -2019,7 +2019,7 @@
     const status = $("live-status");
     const worker = live.engine.worker ? " (in a Web Worker)" : "";
     status.textContent = `Live: the model runs in this page${worker}; its weights take ${(LIVE.chars / 1e6).toFixed(2)} MB of the file` +
-      (LIVE.weights.dtype === "float16" ? " as float16 (rounded: within 1e-3 of the float32 model's logits)" : "") +
+      (LIVE.weights.dtype === "float16" ? " as float16 (rounded: the logits move by about 1e-3 of their scale from the float32 model's)" : "") +
       (api.check ? `; on the first input its logits agree with PyTorch's to ${api.check.relative.toExponential(1)} of their scale.` : ".") +
       (LIVE.notes.length ? ` ${LIVE.notes.join("; ")}.` : "");
     api.loadMs = performance.now() - t0; // decoding, checking and the first run, after the first view
