@@ -367,6 +367,30 @@ def same_or_tied(model, expected: list[int], got: list[int], source: torch.Tenso
     return float(top[0] - top[1]) <= 1e-5 * float(logits.abs().max())
 
 
+@pytest.mark.parametrize("name", ["shakespeare", "reverse_2l4h"])
+def test_first_view_is_the_last_layer_and_its_sharpest_query(pretrained_pages, opened, name):
+    """The page opens on the last layer and on the query whose attention there is sharpest (the largest
+    mean over heads of 1 - entropy / log(keys it can see)), not on query 0, which a causal model's can
+    only see itself."""
+    from transformer_lab.explorer.pack import unpack
+
+    checkpoint, path = pretrained_pages[name]
+    kind = page_data(path.read_text())["kinds"][0]
+    maps = torch.tensor(unpack(kind["maps"]))[-1]  # the last layer stored: [heads, queries, keys]
+    causal = checkpoint.model.generates
+    entropy = -(maps * maps.clamp_min(1e-30).log()).sum(-1).mean(0)  # [queries]
+    visible = torch.arange(1, maps.size(1) + 1) if causal else torch.full((maps.size(1),), maps.size(2))
+    sharpness = 1 - entropy / visible.clamp_min(2).log()
+    sharpness[visible < 2] = -1
+    live = opened(path)
+    assert live.page.input_value("#layer-select") == str(checkpoint.config.num_layers - 1)
+    highlighted = "g => g.firstChild.getAttribute('fill') === '#fff3b0'"  # the selected query's box
+    selected = live.page.eval_on_selector_all(".hv-token.query", f"gs => gs.findIndex({highlighted})")
+    assert selected == int(sharpness.argmax()) and selected > 0
+    assert f"query={selected}" in live.page.evaluate("window.location.hash")
+    assert live.errors == []
+
+
 # ------------------------------------------------------------------------------- the student's page
 @pytest.fixture(scope="module")
 def reverse_page(pretrained_pages) -> tuple:
