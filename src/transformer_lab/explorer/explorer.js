@@ -386,7 +386,9 @@
     const io = $("io");
     // characters as the text they are (newlines and tabs made visible), other tokens apart
     const parts = [el("b", { text: "input  " }), joinTokens(current.input), el("br"), el("b", { text: "output " }), joinTokens(current.output)];
-    if (live && live.generated) parts.push(el("br"), el("b", { text: "writes " }), joinTokens(live.generated));
+    // what the model wrote, where it is not already the output line (greedy: the same tokens)
+    const wrote = live && live.generated ? joinTokens(live.generated) : null;
+    if (wrote && wrote !== joinTokens(current.output.filter((t) => t !== ""))) parts.push(el("br"), el("b", { text: "writes " }), wrote);
     io.replaceChildren(...parts);
   }
 
@@ -1703,7 +1705,7 @@
       panels.append(canvas);
       const geometry = drawMatrix(canvas, { R: rows.length, C: cols.length, get: (i, j) => values[i][j] }, {
         rows, cols, title: `Residual stream${stack.prefix ? ` (${stack.prefix.replace(".", "")})` : ""}: share of the logit difference restored`,
-        xlabel: "position (corrupted input)", ylabel: "patched before block", cmap: CMAPS.ablation, vmax, vmin: -vmax, maxSide: 480, legend: "restored", annotate: (v) => v.toFixed(2),
+        xlabel: "position (corrupted input)", ylabel: "stream", cmap: CMAPS.ablation, vmax, vmin: -vmax, maxSide: 480, legend: "restored", annotate: (v) => v.toFixed(2),
       });
       hoverCells(canvas, geometry, (i, j) => `${entries[i][0]}, position ${j} ${shown(cols[j])}: ${values[i][j].toFixed(3)} restored`);
     });
