@@ -599,6 +599,34 @@ def test_step_slider_over_a_runs_snapshots(tmp_path, opened, capsys):
     assert live.errors == []
 
 
+@pytest.mark.parametrize("arch", ["decoder", "encoder_decoder"])
+def test_a_source_in_the_box_is_answered_as_python_answers_it(tmp_path, opened, capsys, arch):
+    """A sequence-to-sequence model's box holds the source: the page writes the output greedily and
+    shows the model reading it (decoder-only: source <sep> output; encoder-decoder: source and <bos>
+    output), as the Python side explains a source; special tokens in a source are refused."""
+    task = ReverseDataModule(
+        arch, seq_len=6, min_seq_len=3, train_size=16, val_size=16, test_size=16, batch_size=16
+    )
+    torch.manual_seed(0)
+    path = save_task_checkpoint(tmp_path / "model.ckpt", task, arch=arch)
+    out = tmp_path / "page.html"
+    load_script("explore").main([f"ckpt_path={path}", "source=1 2 3 4", f"out={out}"])
+    capsys.readouterr()
+    checkpoint = load(path)
+    model = checkpoint.model
+    live = opened(out)
+    live.type_input("5 3 8")
+    source = checkpoint.encode("5 3 8")[None]
+    prompt = model.prompt(source)
+    expected = model.forced_inputs(prompt, model.answer(prompt))
+    assert live.api("window.transformerLab.inputs") == [x[0].tolist() for x in expected]
+    compare(live, model, expected)
+    live.page.fill("#input-box", "5 <sep> 8")
+    live.page.wait_for_function("document.getElementById('input-message').innerText.includes('<sep>')")
+    assert "the source holds <sep>" in live.page.inner_text("#input-message")
+    assert live.errors == []
+
+
 def test_two_explorers_in_one_notebook_do_not_interfere(arch_pages, opened, tmp_path):
     """Jupyter shows each page in its own iframe: each has its own `transformerLab`, and typing in one
     leaves the other as it was."""
