@@ -36,6 +36,8 @@ FIGURES = (
     "end_to_end_validation_seconds",
     "end_to_end_startup_seconds",
     "end_to_end_after_fit_seconds",
+    "end_to_end_snapshot_share",  # the snapshots callback, on by default: its hooks' share of the fit
+    "end_to_end_snapshots",
     "explorer_mb",
     "explorer_collect_seconds",
 )

@@ -11,7 +11,7 @@ from torch import nn
 
 from tests.conftest import COMMON, compose_train_config, gpt_decoder, predictor_like
 from transformer_lab import TransformerPredictor, pretrained
-from transformer_lab.analysis import grokking
+from transformer_lab.analysis import dynamics, grokking
 from transformer_lab.data import ModularAdditionDataModule
 from transformer_lab.errors import ConfigError
 from transformer_lab.nn import IGNORE_INDEX
@@ -92,6 +92,15 @@ def test_a_few_steps_of_the_task_train_and_report_the_held_out_accuracy(tmp_path
         1.0,
     )
     assert hparams["betas"] == [0.9, 0.98] and hparams["net"]["tie_embeddings"] is False
+    # its snapshots, over time: the progress measures of every one
+    result = dynamics.over_snapshots(str(tmp_path), count=16)
+    assert result.steps == [0, 1, 2, 3, 4, 5, 6]
+    assert {"restricted_loss", "excluded_loss", "test_loss", "train_loss", "fourier_sparsity"} <= set(
+        result.scores
+    )
+    assert all(len(values) == 7 for values in result.scores.values())
+    assert result.scores["train_loss"][0] == pytest.approx(math.log(7), abs=0.5)  # about chance at the start
+    assert result.notes[0].startswith("key frequencies (final embedding): ")
 
 
 # ------------------------------------------------------------------------------ optimizer and schedule

@@ -85,5 +85,5 @@ def at_step(location: str | Path, step: int | None) -> str:
     """`step=N` of a tool: the file of the snapshot of `location` nearest step N, said in one line."""
     require(step is not None, "step= needs a number, e.g. step=1000")
     snapshot = nearest(location, step)
-    print(f"step={step}: the snapshot at step {snapshot.step} ({snapshot.path})")
+    print(f"step={step}: the snapshot at step {snapshot.step} ({snapshot.path.name})")
     return str(snapshot.path)

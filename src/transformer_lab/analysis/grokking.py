@@ -135,13 +135,14 @@ class ProgressMeasures:
     test_acc: float
 
     def scores(self) -> dict[str, float]:
-        """The measures `analysis=dynamics` tracks, by name."""
+        """The measures `analysis=dynamics` tracks, by name (the held-out accuracy is its `metric`)."""
         return {
             "restricted_loss": self.restricted_loss,
             "excluded_loss": self.excluded_loss,
             "test_loss": self.test_loss,
             "train_loss": self.train_loss,
             "fourier_sparsity": self.fourier_sparsity,
+            "train_acc": self.train_acc,
         }
 
 
