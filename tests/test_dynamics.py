@@ -18,6 +18,7 @@ from transformer_lab.analysis.induction import (
 from transformer_lab.data import InductionDataModule
 from transformer_lab.errors import ConfigError
 from transformer_lab.train import train
+from transformer_lab.training.callbacks import PhaseChange
 from transformer_lab.training.callbacks.snapshots import snapshot_steps
 
 T = 48
@@ -167,3 +168,27 @@ def test_a_run_without_snapshots_is_a_one_line_error(tmp_path):
     for args in (["analysis=dynamics"], ["analysis=heads", "step=1"]):
         with pytest.raises(ConfigError, match=r"has no snapshots \(checkpoints/snapshots/step_\*\.ckpt\)"):
             load_script("interpret").main([f"ckpt_path={tmp_path}", *args, f"out_dir={tmp_path}"])
+
+
+def test_the_run_says_where_its_validation_metric_changed_fastest():
+    callback = PhaseChange(monitor="val/acc", direction="rise")
+    assert callback.describe() is None  # fewer than two validations
+    for step, acc in [
+        (100, 0.29),
+        (200, 0.29),
+        (300, 0.41),
+        (400, 0.63),
+        (500, 0.99),
+        (600, 0.77),
+        (700, 1.0),
+    ]:
+        callback.history.append((step, acc))
+    # the jump 0.63 -> 0.99 (per log-step the largest new high; the late recovery 0.77 -> 1.0 is none)
+    assert callback.describe() == (
+        "val/acc rose fastest between steps 400 and 500 (0.630 -> 0.990): phase change at step 500"
+    )
+    resumed = PhaseChange(monitor="val/acc", direction="rise")
+    resumed.load_state_dict(callback.state_dict())
+    assert resumed.history == callback.history
+    with pytest.raises(ConfigError, match="direction='up' is unknown; use rise or fall"):
+        PhaseChange(direction="up")
