@@ -1095,9 +1095,13 @@ def _bench_circuit(name: str, count: int, position: int) -> dict:
 
     scores("eap")  # warm-up
     out = {f"circuit_eap_{name}_s": median_seconds(lambda: scores("eap"))}
-    if name == "shakespeare":
-        out[f"circuit_eap_ig_{name}_s"] = median_seconds(lambda: scores("eap_ig"))
-        out["circuit_eap_ig_over_eap"] = out[f"circuit_eap_ig_{name}_s"] / out[f"circuit_eap_{name}_s"]
+    if name == "shakespeare":  # eap and eap_ig in turns: the ratio of each round, as the machine is then
+        rounds = [
+            (median_seconds(lambda: scores("eap"), 1), median_seconds(lambda: scores("eap_ig"), 1))
+            for _ in range(3)
+        ]
+        out[f"circuit_eap_ig_{name}_s"] = statistics.median(ig for _, ig in rounds)
+        out["circuit_eap_ig_over_eap"] = statistics.median(ig / eap for eap, ig in rounds)
     else:
         out[f"circuit_acdc_{name}_s"] = median_seconds(lambda: scores("acdc"), repeats=1)
     setup = circuits.prepare(checkpoint.model, *clean, corrupted)

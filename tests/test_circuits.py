@@ -106,6 +106,13 @@ def test_eap_is_exact_edge_patching_on_a_linear_model(ablation):
     setup = circuits.prepare(model, tokens, labels, ((corrupted,), bad_labels), "logit_diff", ablation)
     exact = circuits.score_patching(setup)
     assert exact.abs().max() > 0.05
+    with torch.no_grad():  # every edge clean: the clean output; every edge patched: the ablated one
+        units = setup.graph.units
+        torch.testing.assert_close(setup.patcher.run(torch.zeros(1, units)), model(tokens), atol=1e-5, rtol=0)
+        if ablation == "corrupted":
+            torch.testing.assert_close(
+                setup.patcher.run(torch.ones(1, units)), model(corrupted), atol=1e-5, rtol=0
+            )
     torch.testing.assert_close(circuits.score_eap(setup), exact, atol=1e-5, rtol=0)
     torch.testing.assert_close(circuits.score_eap_ig(setup, steps=3), exact, atol=1e-5, rtol=0)
     # q and k read nothing here (frozen patterns): their edges score exactly 0 under every method
