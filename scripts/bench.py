@@ -73,7 +73,8 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    < 5x eap), each from the examples to the scores (both forward passes and the backward pass), medians of
    3; the exact patching reference on both: its time, the copies of the batch per pass, the peak memory it
    adds, and the rank correlation of eap and eap_ig with it (shakespeare's metric is kl, whose gradient at
-   the clean input is 0: eap's time is measured there, not its scores). (--quick: 32 examples, 8 windows.)
+   the clean input is 0: eap's time is measured there, not its scores). (--quick: 16 examples, 2 windows,
+   once each.)
 """
 
 import argparse
@@ -994,7 +995,7 @@ CIRCUIT_TARGETS = {
 TARGETS.update(CIRCUIT_TARGETS)
 CIRCUIT_ROWS = [
     (
-        "circuits: eap, reverse_2l4h nodes (256 examples; --quick 32)",
+        "circuits: eap, reverse_2l4h nodes (256 examples; --quick 16)",
         "{:.2f} s",
         ["circuit_eap_reverse_2l4h_s"],
     ),
@@ -1008,7 +1009,7 @@ CIRCUIT_ROWS = [
             "circuit_patching_reverse_2l4h_mb",
         ],
     ),
-    ("circuits: eap, shakespeare edges (128 windows; --quick 8)", "{:.2f} s", ["circuit_eap_shakespeare_s"]),
+    ("circuits: eap, shakespeare edges (128 windows; --quick 2)", "{:.2f} s", ["circuit_eap_shakespeare_s"]),
     ("circuits: eap_ig (5 steps), shakespeare edges", "{:.2f} s", ["circuit_eap_ig_shakespeare_s"]),
     ("circuits: eap_ig / eap, shakespeare", "{:.2f}x", ["circuit_eap_ig_over_eap"]),
     (
@@ -1066,11 +1067,12 @@ def _peak_rss_during(work: Callable[[], object]) -> tuple[object, float]:
 def bench_circuits(mode: Mode) -> dict:
     """Circuit discovery on the ready-made models (see the module docstring, 10)."""
     quick = mode == QUICK
-    out = _bench_circuit("reverse_2l4h", 32 if quick else 256, position=0)
-    return out | _bench_circuit("shakespeare", 8 if quick else 128, position=1)
+    repeats = 1 if quick else 3
+    out = _bench_circuit("reverse_2l4h", 16 if quick else 256, position=0, repeats=repeats)
+    return out | _bench_circuit("shakespeare", 2 if quick else 128, position=1, repeats=repeats)
 
 
-def _bench_circuit(name: str, count: int, position: int) -> dict:
+def _bench_circuit(name: str, count: int, position: int, repeats: int) -> dict:
     """The circuit figures of one ready-made model on `count` examples and their corruption."""
     from transformer_lab import load
     from transformer_lab.analysis import circuits
@@ -1085,7 +1087,7 @@ def _bench_circuit(name: str, count: int, position: int) -> dict:
         setup = circuits.prepare(checkpoint.model, *clean, corrupted)  # scores are 0 there)
         return scorers[method](setup)
 
-    def median_seconds(work: Callable[[], object], repeats: int = 3) -> float:
+    def median_seconds(work: Callable[[], object], repeats: int = repeats) -> float:
         times = []
         for _ in range(repeats):
             started = time.perf_counter()
@@ -1098,7 +1100,7 @@ def _bench_circuit(name: str, count: int, position: int) -> dict:
     if name == "shakespeare":  # eap and eap_ig in turns: the ratio of each round, as the machine is then
         rounds = [
             (median_seconds(lambda: scores("eap"), 1), median_seconds(lambda: scores("eap_ig"), 1))
-            for _ in range(3)
+            for _ in range(repeats)
         ]
         out[f"circuit_eap_ig_{name}_s"] = statistics.median(ig for _, ig in rounds)
         out["circuit_eap_ig_over_eap"] = statistics.median(ig / eap for eap, ig in rounds)
