@@ -121,6 +121,11 @@ def summary(result: Circuit, location: str) -> str:
         lines.append(
             f"Smallest circuit reaching 0.9 faithfulness: {len(members)} {what}, strongest first ({shown})"
         )
+    if result.kept is not None:
+        lines.append(
+            f"ACDC kept {int(result.kept.sum())} {what} (each other one moved the metric by less than "
+            "the threshold)"
+        )
     if result.answer_key_auc is not None:
         lines.append(f"Against the answer key's circuit: ROC AUC {result.answer_key_auc:.4f}")
     return "\n".join(lines)

@@ -42,6 +42,7 @@ Everything runs in eval mode, leaves no hook behind and never changes a weight.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -439,10 +440,8 @@ class Patcher:
             self.mask, self.current = None, {}
 
 
-def _forward_context(model: TokenModel, level: str):
+def _forward_context(model: TokenModel, level: str) -> contextlib.AbstractContextManager:
     """The per-head hook points, where edges need them."""
-    import contextlib
-
     return model.per_head_hooks() if level == "edge" else contextlib.nullcontext()
 
 
