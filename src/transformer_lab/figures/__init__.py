@@ -4,6 +4,7 @@ attention.py   attention grids and single maps (attention, rollout, relevance), 
 raster.py      the attention grid and the head-ablation table as RGB arrays, in milliseconds
 interpret.py   activation patching, the logit lens, deletion curves, head ablation
 tutorial.py    the sinusoidal positional encoding, the learning-rate schedule
+circuits.py    a circuit as a layered graph, with its faithfulness curve
 """
 
 from transformer_lab.figures.attention import (
