@@ -368,7 +368,7 @@ class Patcher:
         return activation
 
     def _mix_nodes(self, activation: Tensor, nodes: list[int], index: Tensor) -> Tensor:
-        weight = self.mask[:, index.to(self.mask.device)].to(activation.dtype)  # [R, n]
+        weight = self.mask[:, index.to(self.mask.device)].to(activation)  # [R, n], on its device
         if not bool(weight.any()):
             return activation
         shaped = activation.view(weight.size(0), self.batch, *activation.shape[1:])
@@ -389,7 +389,7 @@ class Patcher:
         if not bool(weight.any()):
             return activation
         start, stop, stack = self.span(hook.name)
-        weight = weight.to(activation.dtype)
+        weight = weight.to(activation)  # its dtype and device
         copies, n, heads = weight.shape
         alternative = self.stacked[stack][start:stop].flatten(1)  # [n, B T D]
         current = self.current[stack][start:stop].view(n, copies, -1)  # [n, R, B T D]

@@ -4,19 +4,21 @@ tracr compiles a program into weights, at toy scale), to grade circuit discovery
     python -m transformer_lab.pretrained.answer_keys              # build, measure and record all three
     python -m transformer_lab.pretrained.answer_keys key_reverse  # one of them
 
-* `key_reverse` (task=reverse, encoder): layer 2's head 0 attends from position p to the mirror position
-  15 - p and copies its digit where the unembedding reads it. Distractors: four heads in layer 1 (one with
-  the very same mirror pattern) and three in layer 2, each attending sharply to one structured place (the
-  previous, the first, the last position, itself) and writing where nothing reads.
-* `key_induction` (distinct-token induction, decoder): layer 1's head 0 copies each position's previous
-  token next to it (a previous-token head); layer 2's head 2 attends from a token to the place whose
-  previous token is that token, i.e. to what followed it last time, and copies it: an induction head that
-  finds its key through the previous-token head's output (K-composition). Distractors: three heads per
-  layer, attending sharply to the first position, the previous one, the one two back, or themselves.
-* `key_reverse_encdec` (task=reverse, encoder-decoder): the decoder's cross-attention head 0 attends from
-  target position t to source position 15 - t and copies that digit; the decoder's position 16 writes
-  <eos>. Distractors: every encoder head and the decoder's self-attention heads, and three cross-attention
-  heads, attending sharply and writing where nothing reads.
+Heads are named as everywhere (`L{layer}H{head}`, counted from 0; `E`, `D`, `X` in an encoder-decoder).
+
+* `key_reverse` (task=reverse, encoder): L1H0 attends from position p to the mirror position 15 - p and
+  copies its digit where the unembedding reads it. Distractors: the four heads of layer 0 (L0H1 with the
+  very same mirror pattern) and L1H1..3, each attending sharply to one structured place (the previous, the
+  next, the first, the last position, itself) and writing where nothing reads.
+* `key_induction` (distinct-token induction, decoder): L0H0 copies each position's previous token next to
+  it (a previous-token head); L1H2 attends from a token to the place whose previous token is that token,
+  i.e. to what followed it last time, and copies it: an induction head that finds its key through the
+  previous-token head's output (K-composition). Distractors: L0H1..3 and L1H0, L1H1, L1H3, attending
+  sharply to the first position, the previous one, the one two back, or themselves.
+* `key_reverse_encdec` (task=reverse, encoder-decoder): X0H0 (cross-attention) attends from target
+  position t to source position 15 - t and copies that digit; the decoder's position 16 writes <eos>.
+  Distractors: E0H0..3, D0H0..2 (D0H3 does nothing) and X0H1..3, attending sharply and writing where
+  nothing reads.
 
 How a hand-built network stays exact: the residual stream is laid out in named blocks of dimensions
 (`Layout`): one dimension per token (TOK), per position (POS), per copied token (OUT, PREV), a junk block
