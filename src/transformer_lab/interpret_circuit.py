@@ -152,7 +152,7 @@ def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], ou
             ablation=ablation,
             steps=to_number(args, "steps", int, 5),
             threshold=to_number(args, "threshold", float, 0.01),
-            truth=key.circuit if key is not None else None,
+            truth=key.circuit if key is not None and ablation == "corrupted" else None,  # its corruption's
         )
     print(summary(result, args["ckpt_path"]))
     out_dir.mkdir(parents=True, exist_ok=True)
