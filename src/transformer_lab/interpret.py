@@ -1,4 +1,4 @@
-"""Take a trained checkpoint apart causally: head ablation, activation patching, logit lens, faithfulness, circuits.
+"""Take a trained checkpoint apart causally: ablation, patching, logit lens, faithfulness, circuits.
 
     python -m transformer_lab.interpret ckpt_path=pretrained:reverse_2l4h analysis=heads
     python -m transformer_lab.interpret ckpt_path=<run> analysis=heads method=mean heads=0.1,1.2
