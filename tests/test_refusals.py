@@ -44,7 +44,7 @@ def test_a_read_only_checkpoint_folder_is_one_line_at_the_first_save(tmp_path, m
 
     monkeypatch.setattr("transformer_lab.files.tempfile.mkstemp", read_only)
     with pytest.raises(
-        TrainingFailed, match=r"cannot write .*best\.ckpt at step 8: Permission denied; nothing"
+        TrainingFailed, match=r"cannot write .*\.ckpt at step \d+: Permission denied; nothing"
     ):
         train(compose_train_config(tmp_path))
 

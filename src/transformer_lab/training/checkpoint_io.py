@@ -64,6 +64,26 @@ def save_atomically(content: object, path: str | Path) -> None:
     write_atomically(path, lambda f: f.write(buffer.getbuffer()))
 
 
+def save_or_fail(content: object, path: str | Path, step: int | None) -> None:
+    """`save_atomically`, where a save the disk refuses (full, a file-size limit, a read-only folder)
+    stops training with one line (TrainingFailed, exit 1) that says what was kept."""
+    try:
+        save_atomically(content, path)
+    except OSError as exc:
+        path = Path(path)
+        kept = f"the previous {path.name} is kept" if path.is_file() else "nothing was saved"
+        checkpoints = path.parent.parent if path.parent.name == "snapshots" else path.parent
+        then = (
+            f"resume with resume={checkpoints.parent}"
+            if (checkpoints / "last.ckpt").is_file()
+            else "run it again"
+        )
+        raise TrainingFailed(
+            f"cannot write {path} at step {step}: {exc.strerror or exc}; "
+            f"{kept}; free some space or make the folder writable, then {then}"
+        ) from None
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Write each checkpoint to a temporary file in its own directory, fsync it, then rename it into place.
 
@@ -75,16 +95,4 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
     ) -> None:
-        """A save the disk refuses (full, a file-size limit, a read-only folder) stops training with one
-        line (TrainingFailed, exit 1) that says what was kept."""
-        try:
-            save_atomically(checkpoint, path)
-        except OSError as exc:
-            path = Path(path)
-            kept = f"the previous {path.name} is kept" if path.is_file() else "nothing was saved"
-            last = path.parent / "last.ckpt"
-            then = f"resume with resume={path.parent.parent}" if last.is_file() else "run it again"
-            raise TrainingFailed(
-                f"cannot write {path} at step {checkpoint.get('global_step')}: {exc.strerror or exc}; "
-                f"{kept}; free some space or make the folder writable, then {then}"
-            ) from None
+        save_or_fail(checkpoint, path, checkpoint.get("global_step"))

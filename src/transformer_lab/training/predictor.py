@@ -227,12 +227,13 @@ class TransformerPredictor(L.LightningModule):
         max_iters = self.hparams.max_iters or self.trainer.estimated_stepping_batches
         if not math.isfinite(max_iters):
             raise ConfigError("cannot infer model.max_iters: set model.max_iters or trainer.max_steps")
-        task = self.trainer.datamodule
-        require(
-            max_iters > 0,
-            f"training has no optimisation step to take: data.batch_size={getattr(task, 'batch_size', '?')} "
-            "is more than the training examples (a batch must be full); lower data.batch_size",
-        )
+        if max_iters <= 0:
+            task = self.trainer.datamodule
+            raise ConfigError(
+                "training has no optimisation step to take: "
+                f"data.batch_size={getattr(task, 'batch_size', '?')} is more than the training examples "
+                "(a batch must be full); lower data.batch_size"
+            )
         scheduler = CosineWarmupScheduler(optimizer, warmup=self.hparams.warmup, max_iters=int(max_iters))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import lightning as L
 
 from transformer_lab.errors import require
-from transformer_lab.training.checkpoint_io import save_atomically, shippable
+from transformer_lab.training.checkpoint_io import save_or_fail, shippable
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +126,11 @@ class Snapshots(L.Callback):
         return self.count > 0 and not trainer.fast_dev_run and not trainer.sanity_checking
 
     def save(self, trainer: L.Trainer) -> Path:
-        """Write the snapshot of this step (rank 0 only): the checkpoint Lightning would write, stripped to
-        what a shipped file keeps."""
+        """Write the snapshot of this step (rank 0 only): what a shipped file keeps of a checkpoint."""
         step = trainer.global_step
         path = self.dirpath / snapshot_name(step)
         if trainer.is_global_zero:
-            contents = trainer._checkpoint_connector.dump_checkpoint(weights_only=True)
-            save_atomically(shippable(contents), path)
+            save_or_fail(shippable(weights_checkpoint(trainer)), path, step)
         self.saved.add(step)
         return path
 
@@ -157,3 +155,20 @@ def disk_use(dirpath: str | Path) -> tuple[int, int]:
     """(number of snapshot files, their total bytes) in a snapshots folder."""
     files = list(Path(dirpath).glob("step_*.ckpt"))
     return len(files), sum(f.stat().st_size for f in files)
+
+
+def weights_checkpoint(trainer: L.Trainer) -> dict:
+    """The weights-only part of the checkpoint Lightning would write now, through public API: the module's
+    weights and hyperparameters, the task's hyperparameters, and what the module's `on_save_checkpoint`
+    adds (the file format and the task's record)."""
+    module, task = trainer.lightning_module, trainer.datamodule
+    contents = {
+        "state_dict": module.state_dict(),
+        "hyper_parameters": dict(module.hparams),
+        "hparams_name": "kwargs",
+        "pytorch-lightning_version": L.__version__,
+    }
+    if task is not None and task.hparams:
+        contents["datamodule_hyper_parameters"] = dict(task.hparams)
+    module.on_save_checkpoint(contents)
+    return contents
