@@ -8,7 +8,7 @@ from hydra.core.hydra_config import HydraConfig
 from transformer_lab.train import CONFIG_MODULE, train
 
 
-@pytest.mark.slow
+@pytest.mark.reproduce  # the whole default run: make reproduce (CI runs it after the suite)
 def test_default_reverse_config_reaches_full_test_accuracy(tmp_path):
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = compose(

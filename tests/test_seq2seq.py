@@ -96,7 +96,7 @@ def test_a_decoder_generates_from_prompts_padded_on_the_left_as_from_each_alone(
     assert full.size(1) == 15  # 8 + 6 read in 14 positions, the 15th predicted from them
 
 
-@pytest.mark.slow
+@pytest.mark.reproduce  # minutes: make reproduce (CI runs it after the suite)
 @pytest.mark.parametrize(
     ("task", "model", "target"),
     [
