@@ -220,3 +220,19 @@ def test_sample_script_maps_a_source_with_a_pretrained_model():
     result = run_cli("scripts/sample.py", "ckpt_path=pretrained:reverse", f"source={digits}", timeout=180)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"{digits} -> {' '.join(reversed(digits.split()))}"
+
+
+@pytest.mark.parametrize("name", ["induction_heads", "shakespeare"])
+def test_a_streamed_sample_reads_as_the_same_sample_printed_whole(name, capsys):
+    """One sample is written token by token; tokens written apart ("3 4 5") stay apart. Greedy, so the
+    two samples of the second call are the streamed one."""
+    from transformer_lab.sample import main
+
+    prompt = "3 4 5 6 3 4" if name == "induction_heads" else "ROMEO:"
+    args = [f"ckpt_path=pretrained:{name}", f"prompt={prompt}", "max_new_tokens=12", "temperature=0"]
+    main(args)
+    streamed = capsys.readouterr().out
+    main([*args, "num_samples=2"])
+    whole = capsys.readouterr().out.split("\n", 1)[1].split("\n---------- sample 1")[0]
+    assert streamed == whole + "\n" and streamed.startswith(prompt)
+    assert len(transformer_lab.load(f"pretrained:{name}").tokenizer.split(streamed)) >= 12

@@ -85,8 +85,9 @@ def continue_text(checkpoint: Checkpoint, args: dict[str, str]) -> None:
     ids = checkpoint.tokenizer.encode(prompt).to(device).unsqueeze(0).repeat(num_samples, 1)
     streaming = num_samples == 1
 
-    def show(token: torch.Tensor) -> None:  # one sample: each token as it is written
-        sys.stdout.write(checkpoint.decode(token[0].tolist()))
+    def show(token: torch.Tensor) -> None:  # one sample: each token as it is written ("3 1": apart)
+        text = checkpoint.decode(token[0].tolist())
+        sys.stdout.write(checkpoint.tokenizer.separator + text if text else "")
         sys.stdout.flush()
 
     if streaming:
