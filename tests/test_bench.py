@@ -40,6 +40,11 @@ FIGURES = (
     "end_to_end_snapshots",
     "explorer_mb",
     "explorer_collect_seconds",
+    "circuit_eap_reverse_2l4h_s",
+    "circuit_acdc_reverse_2l4h_s",
+    "circuit_eap_shakespeare_s",
+    "circuit_eap_ig_over_eap",
+    "circuit_patching_shakespeare_mb",
 )
 
 DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule
@@ -50,9 +55,12 @@ def bench():
     return load_script("bench")
 
 
-def test_quick_benchmark_produces_every_figure(tmp_path):
+def test_quick_benchmark_produces_every_figure(tmp_path, bench):
+    """Every phase but threads, whose busy-machine runs take half a minute even quick (its table is
+    test_the_threads_table_says_where_a_second_thread_pays)."""
     out = tmp_path / "bench.json"
-    result = run_cli("scripts/bench.py", "--quick", "--json", str(out))
+    phases = ",".join(phase for phase in bench.PHASES if phase != "threads")
+    result = run_cli("scripts/bench.py", "--quick", "--phases", phases, "--json", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(out.read_text())
     for key in FIGURES:
@@ -75,6 +83,22 @@ def test_quick_benchmark_produces_every_figure(tmp_path):
     )
     assert "AttentionMapCallback.on_validation_epoch_end" in figures["end_to_end_callback_seconds"]
     assert "| whole run: fit tokens/s over training-step tokens/s |" in result.stdout
+
+
+def test_the_threads_table_says_where_a_second_thread_pays(bench):
+    """The threads phase's sizes, timed for real (a step of the smallest decoder with 1 and 2 threads),
+    shown as the table performance.md copies."""
+    dim, layers, tokens, batch = bench.THREAD_SIZES[0]
+    config = dict(model_dim=dim, num_layers=layers, num_heads=4, norm_first=True, output_mlp=False)
+    before = torch.get_num_threads()
+    one, two = (bench.step_seconds(config, tokens, batch, threads, 2) for threads in (1, 2))
+    torch.set_num_threads(before)
+    size = {"decoder": "d=32 L=1 T=16 B=128", "parameters": 12_833, "one_thread_s": one}
+    table = bench.threads_table({"thread_sizes": [size | {"2_threads_s": two, "speedup": one / two}]})
+    header, rule, row = table.splitlines()
+    assert "step, 1 thread | step, 2 threads | speed-up" in header and rule.count("|") == 6
+    assert row.startswith("| d=32 L=1 T=16 B=128 | 12,833 | ") and row.endswith(f"{one / two:.2f}x |")
+    assert one > 0 and two > 0
 
 
 def test_fit_timer_measures_the_fit_from_inside(tmp_path):
