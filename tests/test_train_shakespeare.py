@@ -104,7 +104,7 @@ def test_validation_logs_a_text_sample_to_tensorboard(shakespeare_run):
         acc.Reload()
         if "samples/val/text_summary" in acc.Tags()["tensors"]:
             samples += acc.Tensors("samples/val/text_summary")
-    assert [s.step for s in samples] == [4, 8]  # one per validation (every 4 batches)
+    assert [s.step for s in samples] == [4]  # every 2nd validation from the first (every 4 batches)
     text = samples[-1].tensor_proto.string_val[0].decode()
     assert len(text.replace("\n    ", "\n").strip()) >= 20
 
