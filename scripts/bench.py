@@ -109,9 +109,10 @@ from transformer_lab.training.compose import instantiate, run_config
 from transformer_lab.training.predictor import TransformerPredictor, build_predictor
 from transformer_lab.training.run import build_trainer, train
 
-# The training run measured: shakespeare_cpu without validation (the bare loop has none); everything else
-# of the project's training stays: callbacks (checkpoints included), TensorBoard logger, progress bar.
-TRAIN_OVERRIDES = ["experiment=shakespeare_cpu", "trainer.limit_val_batches=0"]
+# The training run measured: shakespeare_cpu without validation (the bare loop has none) and without
+# snapshots (phase 5 times them within a whole run, as it does validation); everything else of the
+# project's training stays: callbacks (checkpoints included), TensorBoard logger, progress bar.
+TRAIN_OVERRIDES = ["experiment=shakespeare_cpu", "trainer.limit_val_batches=0", "callbacks.snapshots.count=0"]
 
 
 QUIET_BAR = "callbacks.progress_bar.refresh_rate=0"
