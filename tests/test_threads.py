@@ -30,6 +30,10 @@ def test_an_explicit_choice_always_wins(monkeypatch):
     assert limits.choose_threads("auto") == (3, "OMP_NUM_THREADS=3")
     with pytest.raises(ConfigError, match="threads=0 must be auto or a positive integer"):
         limits.choose_threads(0)
+    monkeypatch.setattr(limits.os, "cpu_count", lambda: 2)
+    assert limits.choose_threads(8) == (8, "threads=8")
+    with pytest.raises(ConfigError, match="threads=100000 is more than 4 per core of this machine's 2; "):
+        limits.choose_threads(100_000)  # would start 100,000 OpenMP threads
 
 
 def test_the_run_uses_and_reports_the_chosen_count(tmp_path, monkeypatch, caplog):

@@ -104,6 +104,12 @@ def choose_threads(requested: object = "auto", processes: int = 1) -> tuple[int,
             isinstance(requested, int) and not isinstance(requested, bool) and requested >= 1,
             f"threads={requested!r} must be auto or a positive integer",
         )
+        most = 4 * (os.cpu_count() or 1)  # more threads than cores only wait on each other
+        require(
+            requested <= most,
+            f"threads={requested} is more than 4 per core of this machine's {os.cpu_count()}; "
+            f"use auto or at most {most}",
+        )
         return int(requested), f"threads={requested}"
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         return int(os.environ["OMP_NUM_THREADS"]), f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
