@@ -123,6 +123,25 @@ def test_a_negative_count_is_a_one_line_error(tmp_path):
         Snapshots("x", spacing="cubic")
 
 
+def test_snapshots_that_would_fill_the_disk_are_refused_before_the_first(tmp_path, monkeypatch):
+    """A count in the thousands on a large model: the run stops at its start with one line naming the
+    sizes; an open-ended run's schedule stays small whatever the count."""
+    import shutil
+
+    from transformer_lab.training.callbacks.snapshots import powers_of_two
+
+    free = shutil.disk_usage(tmp_path)._replace(free=50_000)  # room for one snapshot of the tiny model
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: free)
+    with pytest.raises(ConfigError) as refused:
+        train(compose_train_config(tmp_path / "run", "callbacks.snapshots.count=1000"))
+    message = str(refused.value)
+    assert message.startswith("callbacks.snapshots.count=1000 keeps 9 snapshots of ") and "\n" not in message
+    assert message.endswith("lower callbacks.snapshots.count (or 0: none)")
+    assert "more than the 50.0 kB free on the disk" in message
+    assert not list((tmp_path / "run" / "checkpoints" / "snapshots").glob("*.ckpt"))
+    assert len(powers_of_two(10**9)) == 64 and powers_of_two(3) == [0, 1, 2]
+
+
 def test_the_run_prints_the_disk_use_of_its_snapshots(tmp_path):
     result = run_cli("train.py", f"hydra.run.dir={tmp_path / 'run'}", *TINY_REVERSE)
     assert result.returncode == 0, result.stderr[-2000:]

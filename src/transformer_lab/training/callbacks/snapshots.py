@@ -10,11 +10,13 @@ weights, the task's record; no optimizer state), written atomically, so `load_mo
 
 import logging
 import math
+import shutil
 from pathlib import Path
 
 import lightning as L
 
 from transformer_lab.errors import require
+from transformer_lab.limits import size_text
 from transformer_lab.training.checkpoint_io import save_or_fail, shippable
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,9 @@ def snapshot_steps(total: int, count: int, spacing: str = "log") -> list[int]:
 
 
 def powers_of_two(count: int) -> list[int]:
-    """0, 1, 2, 4, 8, ...: `count` log-spaced steps for a run whose length is not known in advance."""
-    return [0, *(2**i for i in range(count - 1))] if count > 0 else []
+    """0, 1, 2, 4, 8, ...: `count` log-spaced steps for a run whose length is not known in advance (at most
+    64: 2**62 steps is beyond any run)."""
+    return [0, *(2**i for i in range(min(count, 64) - 1))] if count > 0 else []
 
 
 class Snapshots(L.Callback):
@@ -138,8 +141,25 @@ class Snapshots(L.Callback):
         if self.count == 0:
             return
         self.steps = self.schedule(trainer)
+        if self._active(trainer) and trainer.is_global_zero:
+            self._check_disk(trainer, pl_module)
         if self._active(trainer) and trainer.global_step == 0 and self.due(0):
             self.save(trainer)  # the initial weights
+
+    def _check_disk(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Refuse, before the first one, snapshots that would not fit on the disk (a count in the
+        thousands on a large model), in one line that names the sizes."""
+        to_come = [s for s in self.steps if s >= trainer.global_step and s not in self.saved]
+        weights = sum(t.numel() * t.element_size() for t in pl_module.state_dict().values())
+        need = len(to_come) * weights
+        folder = next(p for p in (self.dirpath, *self.dirpath.parents) if p.exists())
+        free = shutil.disk_usage(folder).free
+        require(
+            need < free,
+            f"callbacks.snapshots.count={self.count} keeps {len(to_come)} snapshots of "
+            f"{size_text(weights)}: {size_text(need)}, more than the {size_text(free)} free on the disk "
+            f"of {folder}; lower callbacks.snapshots.count (or 0: none)",
+        )
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
         if self._active(trainer) and self.due(trainer.global_step):
