@@ -29,6 +29,7 @@ METHODS = ("eap", "eap_ig", "patching", "acdc")  # analysis.circuits.METHODS, ch
 METRICS = ("logit_diff", "kl")
 ABLATIONS = ("corrupted", "zero", "mean")
 SHOWN = 8  # strongest edges (nodes) printed
+MAX_STEPS = 1000  # eap_ig integration steps: papers use 5-100
 
 
 def check_args(args: dict[str, str]) -> None:
@@ -54,7 +55,9 @@ def check_args(args: dict[str, str]) -> None:
     )
     steps = to_number(args, "steps", int, 5)
     require(
-        steps is not None and steps >= 1, f"steps={args.get('steps')} must be an integer >= 1 (default 5)"
+        steps is not None and 1 <= steps <= MAX_STEPS,
+        f"steps={args.get('steps')} must be an integer from 1 to {MAX_STEPS} (default 5; each step is a "
+        "forward and backward pass)",
     )
 
 
