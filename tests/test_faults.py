@@ -59,7 +59,7 @@ def _sigint_as_in_a_terminal() -> None:
 def _start_and_wait_for_last_checkpoint(run_dir: Path, **popen_args) -> tuple[subprocess.Popen, Path]:
     """Start a long `python train.py` run in `run_dir`; return once it has written checkpoints/last.ckpt."""
     last = run_dir / "checkpoints" / "last.ckpt"
-    env = {"OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"}
+    env = {"OMP_NUM_THREADS": "2", "PATH": "/usr/bin:/bin", "PYTHONFAULTHANDLER": "1"}
     args = [sys.executable, "train.py", *KILLABLE, f"hydra.run.dir={run_dir}", "trainer.max_epochs=40"]
     # Ctrl-C reaches the run as it would from a terminal: a command started in the background of a
     # non-interactive shell (`pytest ... &`, as CI may start it) inherits SIGINT ignored, and so would
@@ -103,7 +103,12 @@ def test_ctrl_c_saves_last_checkpoint_and_says_how_to_resume(tmp_path):
     while torch.load(last, weights_only=True)["global_step"] == first_step and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    output, _ = proc.communicate(timeout=60)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # where it hangs: faulthandler prints every thread's stack on SIGABRT
+        proc.send_signal(signal.SIGABRT)
+        output, _ = proc.communicate(timeout=30)
+        pytest.fail(f"the run did not stop within 60 s of Ctrl-C:\n{output[-6000:]}")
     assert proc.returncode != 0, output[-2000:]
     interrupted_step = torch.load(last, weights_only=True)["global_step"]
     assert interrupted_step > first_step
