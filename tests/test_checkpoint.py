@@ -210,3 +210,22 @@ def test_sort_examples_and_sources(tmp_path):
     (source, target), labels = ckpt.text_example("3 1 3")
     assert ckpt.decode(source[0]) == "3 1 3" and ckpt.decode(labels[0]) == "1 3 <eos>"
     assert ckpt.decode(target[0]) == "<bos> 1 3"
+
+
+def test_a_file_that_is_no_checkpoint_is_named_as_such(tmp_path):
+    """A text file, an empty file or a pipe where a checkpoint belongs: one line that says what to pass,
+    without torch's own message (which spoke of mmap and _use_new_zipfile_serialization)."""
+    from transformer_lab.checkpoint import read
+
+    text, empty, pipe = tmp_path / "notes.ckpt", tmp_path / "empty.ckpt", tmp_path / "pipe.ckpt"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    empty.write_bytes(b"")
+    os.mkfifo(pipe)
+    for path in (text, empty):
+        with pytest.raises(ConfigError) as refused:
+            transformer_lab.load(path)
+        message = str(refused.value)
+        assert message.startswith(f"{path} is not a readable checkpoint: not the zip archive torch.save")
+        assert message.endswith("a run directory or pretrained:<name>") and "mmap" not in message
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        read(pipe)  # as resume=auto reads every run's last.ckpt: a pipe must not block it

@@ -107,6 +107,18 @@ def _refusal(path: Path, exc: Exception) -> ConfigError:
 
 def read(file: Path, location: str | Path | None = None) -> dict:
     """The file's contents as tensors and plain values only, with the structure a checkpoint has."""
+    require(file.is_file(), f"checkpoint {file} is not a regular file (a device or a pipe); pass a file")
+    try:
+        with open(file, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
+    except OSError as exc:  # no permission to read, ...
+        raise ConfigError(f"checkpoint {file} cannot be read: {exc.strerror or exc}") from None
+    if not zipped:
+        raise ConfigError(
+            f"{file} is not a readable checkpoint: not the zip archive torch.save writes (a text file, a "
+            "legacy-format or an empty save); point ckpt_path= at a best.ckpt or last.ckpt, a run "
+            "directory or pretrained:<name>"
+        )
     try:
         contents = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch.load raises many types for a bad file; all mean "not loadable"
