@@ -898,26 +898,12 @@ def _edit_timings(tab, tokens: list[str], separator: str, symbols: list[str], po
     return statistics.median(updates), statistics.median(forwards)
 
 
-def _tied(model: nn.Module, expected: list[int], got: list[int], source: Tensor | None = None) -> bool:
-    """Whether two greedy outputs first part where PyTorch's logits tie (their two largest within 1e-5 of
-    their scale): a hand-set model (the answer-key ones) ties exactly, and rounding picks the winner."""
-    first = next((i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), None)
-    if first is None:
-        return False
-    with torch.no_grad():
-        if source is None:
-            logits = model(torch.tensor([expected[:first]]))[0, -1]
-        else:  # an encoder-decoder's output after <bos>
-            logits = model(source, torch.tensor([[model.bos_id, *expected[:first]]]))[0, -1]
-    top = logits.topk(2).values
-    return float(top[0] - top[1]) <= 1e-5 * float(logits.abs().max())
-
-
 def bench_live_pages(mode: Mode, workdir: Path, browser) -> dict:
     """The live page of every ready-made model (sizes, first view, decode, per-update times), the long
     input, and the parity sweep of the page's forward pass against PyTorch."""
     from transformer_lab.checkpoint import load
     from transformer_lab.explorer import explore
+    from transformer_lab.explorer.live import same_or_tied
     from transformer_lab.nn import ModelConfig, evaluating
 
     results: dict = {}
@@ -971,7 +957,7 @@ def bench_live_pages(mode: Mode, workdir: Path, browser) -> dict:
                         "(p) => window.transformerLab.generate(p, {maxNewTokens: 32})", prompt[0].tolist()
                     )
                 source = x[0] if model.num_inputs == 2 else None
-                same += page_out == expected or _tied(model, expected, page_out, source)
+                same += same_or_tied(model, expected, page_out, source)
                 generated += 1
         tab.close()
     results["explorer_parity_logits"] = worst_logits

@@ -22,6 +22,7 @@ from transformer_lab.analysis import interventions
 from transformer_lab.checkpoint import load
 from transformer_lab.data import ReverseDataModule
 from transformer_lab.explorer import Snapshot, explore
+from transformer_lab.explorer.live import same_or_tied
 from transformer_lab.nn import evaluating
 from transformer_lab.training.checkpoint_io import shippable
 
@@ -349,22 +350,6 @@ def test_every_pretrained_model_runs_in_its_page(pretrained_pages, opened, name)
             got = live.api("window.transformerLab.generate(args[0], {maxNewTokens: 24})", prompt[0].tolist())
         assert same_or_tied(model, expected, got, source)
     assert live.errors == []
-
-
-def same_or_tied(model, expected: list[int], got: list[int], source: torch.Tensor | None = None) -> bool:
-    """Greedy outputs are identical, or part where PyTorch's own logits tie (their two largest within
-    1e-5 of their scale: hand-set models, such as the answer-key ones, tie exactly, and float rounding
-    then picks a winner that no two implementations need agree on)."""
-    if got == expected:
-        return True
-    first = next(i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b)
-    with evaluating(model):
-        if source is None:
-            logits = model(torch.tensor([expected[:first]]))[0, -1]
-        else:  # an encoder-decoder's output after <bos>
-            logits = model(source, torch.tensor([[model.bos_id, *expected[:first]]]))[0, -1]
-    top = logits.topk(2).values
-    return float(top[0] - top[1]) <= 1e-5 * float(logits.abs().max())
 
 
 @pytest.mark.parametrize("name", ["shakespeare", "reverse_2l4h"])

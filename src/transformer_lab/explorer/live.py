@@ -199,6 +199,27 @@ def live_model(
     return LiveModel(spec, weights, means, chars)
 
 
+def same_or_tied(
+    model: TokenModel, expected: list[int], got: list[int], source: Tensor | None = None
+) -> bool:
+    """Whether the page's greedy output `got` is PyTorch's `expected`, or first parts from it where
+    PyTorch's own logits tie (their two largest within 1e-5 of their scale: hand-set models, such as the
+    answer-key ones, tie exactly, and float rounding then picks a winner no two implementations need
+    agree on). `source`: an encoder-decoder's source, whose output starts after <bos>."""
+    if got == expected:
+        return True
+    first = next((i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), None)
+    if first is None:
+        return False  # one stopped before the other
+    with evaluating(model):
+        if source is None:
+            logits = model(torch.tensor([expected[:first]]))[0, -1]
+        else:
+            logits = model(source, torch.tensor([[model.bos_id, *expected[:first]]]))[0, -1]
+    top = logits.topk(2).values
+    return float(top[0] - top[1]) <= 1e-5 * float(logits.abs().max())
+
+
 def _over_budget(chars: int, budget: int) -> str:
     return (
         f"its weights take {chars / 1e6:.1f} MB in the page, more than the {budget / 1e6:g} MB a page may "
