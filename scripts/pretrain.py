@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from transformer_lab import pretrained
+from transformer_lab import pretrained, run_files
 from transformer_lab.cli import run
 from transformer_lab.errors import require
 
@@ -112,14 +112,13 @@ def train(name: str, log_dir: Path) -> Path:
 
 def check_run(name: str, run_dir: Path) -> None:
     """A run given with --from-run must be finished and trained with the model's overrides."""
-    from omegaconf import OmegaConf
 
     overrides_file = run_dir / ".hydra" / "overrides.yaml"
     require(
         (run_dir / "metrics.json").is_file() and overrides_file.is_file(),
         f"--from-run {run_dir} is not a finished train.py run (no metrics.json or .hydra/overrides.yaml)",
     )
-    used = [str(o) for o in OmegaConf.load(overrides_file) if not str(o).startswith(RUN_ONLY_KEYS)]
+    used = [o for o in run_files.overrides(run_dir) if not o.startswith(RUN_ONLY_KEYS)]
     wanted = pretrained.record(name)["overrides"]
     require(
         sorted(used) == sorted(wanted),
@@ -132,12 +131,11 @@ def package(name: str, run_dir: Path) -> None:
     """Strip the run's best.ckpt into the package, measure it, and record it in models.json."""
     import lightning
     import torch
-    from omegaconf import OmegaConf
 
     from transformer_lab.checkpoints import load_model
     from transformer_lab.training.checkpoint_io import shippable
 
-    run_metrics = json.loads((run_dir / "metrics.json").read_text())
+    run_metrics = run_files.metrics(run_dir)
     best = run_dir / "checkpoints" / "best.ckpt"
     require(best.is_file(), f"{run_dir} has no checkpoints/best.ckpt")
     entry = pretrained.record(name)
@@ -162,7 +160,7 @@ def package(name: str, run_dir: Path) -> None:
     if max(differences.values(), default=0.0) > 1e-4:
         print(f"  warning: the shipped file's metrics differ from the run's by up to "
               f"{max(differences.values()):.2e}", flush=True)  # fmt: skip
-    config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    config = run_files.config(run_dir)
     net = model.config
     entry.update(
         architecture=net.arch,

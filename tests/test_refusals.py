@@ -141,4 +141,5 @@ def test_summarize_skips_a_run_whose_files_are_damaged(tmp_path, capsys):
     load_script("summarize").main([str(tmp_path)])
     out, err = capsys.readouterr()
     assert "good" in out and "damaged" not in out
-    assert err.startswith(f"warning: skipping {tmp_path / 'damaged'}: its .hydra/ files cannot be read")
+    damaged = tmp_path / "damaged"
+    assert err.startswith(f"warning: skipping {damaged}: {damaged / '.hydra/config.yaml'} is not valid YAML")

@@ -31,10 +31,10 @@ def run_dirs(roots: list[Path]) -> list[Path]:
 
 def label(run_dir: Path) -> str:
     """The run's command-line overrides (its swept values), or its directory name without any."""
-    from omegaconf import OmegaConf
+    from transformer_lab import run_files
 
-    overrides_file = run_dir / ".hydra" / "overrides.yaml"
-    overrides = [str(o) for o in OmegaConf.load(overrides_file)] if overrides_file.is_file() else []
+    has_overrides = (run_dir / ".hydra" / "overrides.yaml").exists()
+    overrides = run_files.overrides(run_dir) if has_overrides else []
     return " ".join(overrides) or run_dir.name
 
 
@@ -44,6 +44,10 @@ def scalars(run_dir: Path, metric: str) -> tuple[list[int], list[float]]:
 
     points = {}
     for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        require(
+            events.is_file() and not events.is_symlink(),
+            f"{events} is not a regular file (a symlink, a pipe or a device); remove it from the run",
+        )
         accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
         accumulator.Reload()
         if metric in accumulator.Tags()["scalars"]:

@@ -1,16 +1,29 @@
 """Files written all at once and as the user's umask says, and files read only when they are what they seem.
 
-write_atomically(path, lambda f: f.write(data))   # to a temporary file beside `path`, then renamed
+    write_atomically(path, lambda f: f.write(data))   # to a temporary file beside `path`, then renamed
+    read_yaml(run / ".hydra" / "overrides.yaml")      # a run's file, made by whoever made the run
+
+Everything a run directory holds may come from someone else (a run folder copied from a colleague, an
+experiment file on a search path), so the readers here refuse, in one line naming the file, what would
+hang, exhaust the machine or read elsewhere: a FIFO or a device (opened without blocking, then refused),
+a symlink (never followed), a file larger than a run file can be, and YAML aliases (a 500-byte file whose
+aliases expand to 10^9 nodes).
 """
 
+import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from transformer_lab.errors import require
+import yaml
+
+from transformer_lab.errors import ConfigError, require
 from transformer_lab.limits import size_text
+
+MAX_RUN_FILE = 16 * 2**20  # a run's config, overrides or metrics are kilobytes
 
 
 def default_mode() -> int:
@@ -24,7 +37,8 @@ def default_mode() -> int:
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     """Call `write(file)` on a temporary file in `path`'s folder, fsync it, give it the umask's
     permissions and rename it over `path`: a rename within one folder is atomic, so an interrupted or
-    failed write (a killed process, a full disk) leaves the previous file intact and no temporary file."""
+    failed write (a killed process, a full disk) leaves the previous file intact and no temporary file;
+    and a rename replaces a symlink at `path` instead of writing through it."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -38,6 +52,19 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """`text` written to `path` all at once (`write_atomically`), never through a symlink."""
+    return write_atomically(path, lambda f: f.write(text.encode()))
+
+
+def stale_temporary_files(folder: Path) -> list[Path]:
+    """The temporary files `write_atomically` leaves when its process is killed mid-write (SIGKILL runs
+    no cleanup): `.<name>.<random>.tmp`. Only the folder's owner, holding its lock, may remove them."""
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp") and p.is_file()]
 
 
 def require_regular_file(path: Path, what: str, max_bytes: int) -> None:
@@ -56,3 +83,79 @@ def require_regular_file(path: Path, what: str, max_bytes: int) -> None:
         f"{what}={path} is {size_text(size)}, more than the {size_text(max_bytes)} this reads; use a "
         "smaller file",
     )
+
+
+def read_bytes(path: str | Path, max_bytes: int = MAX_RUN_FILE) -> bytes:
+    """The bytes of a file someone else may have made: a one-line ConfigError, naming it, for a symlink,
+    a FIFO, a device or a folder (none is opened in a way that could block), or a file over `max_bytes`."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist") from None
+    except OSError as exc:  # ELOOP: the last part is a symlink (O_NOFOLLOW); EACCES; ...
+        why = "it is a symlink, which a run file never is" if os.path.islink(path) else exc.strerror
+        raise ConfigError(f"{path} cannot be read: {why}; replace it with the file itself") from None
+    try:
+        info = os.fstat(fd)
+        require(
+            stat.S_ISREG(info.st_mode),
+            f"{path} is not a regular file (a folder, a pipe or a device); replace it with the file itself",
+        )
+        require(
+            info.st_size <= max_bytes,
+            f"{path} is {size_text(info.st_size)}, more than the {size_text(max_bytes)} a file of a run can "
+            "be; it is not a file this wrote",
+        )
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+        require(len(data) <= max_bytes, f"{path} grew past {size_text(max_bytes)} while it was read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | Path, max_bytes: int = MAX_RUN_FILE) -> str:
+    """`read_bytes` as UTF-8 text (a file that is not text is a one-line error naming it)."""
+    try:
+        return read_bytes(path, max_bytes).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {exc.start}); replace it with the file itself"
+        ) from None
+
+
+class _NoAliases(yaml.SafeLoader):
+    """YAML's safe loader without anchors and aliases: no file of a run needs them, and nested aliases
+    make a file of a few hundred bytes expand to billions of nodes."""
+
+    def compose_node(self, parent: object, index: object) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.YAMLError(f"an alias (*name) at line {mark.line + 1}: aliases are not read here")
+        return super().compose_node(parent, index)
+
+
+def read_yaml(path: str | Path, max_bytes: int = MAX_RUN_FILE) -> object:
+    """A YAML file of a run or of a shared config, read as plain data (`read_text`, no aliases, no
+    tags); a one-line ConfigError naming the file where it is not valid YAML."""
+    text = read_text(path, max_bytes)
+    try:
+        return yaml.load(text, Loader=_NoAliases)  # a SafeLoader, without aliases
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(
+            f"{path} is not valid YAML ({' '.join(str(problem).split())}{where}); fix or remove the file"
+        ) from None
+
+
+def read_json(path: str | Path, max_bytes: int = MAX_RUN_FILE) -> object:
+    """A JSON file of a run (`read_text`); a one-line ConfigError naming it where it is not JSON."""
+    try:
+        return json.loads(read_text(path, max_bytes))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); fix or remove it"
+        ) from None

@@ -14,14 +14,15 @@ table each, titled with the task. --csv also writes every row to a CSV file, wit
 
 import argparse
 import csv
-import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from transformer_lab import run_files
 from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.errors import require
 
@@ -70,23 +71,17 @@ class Run:
 
 def load_run(run_dir: Path, root: Path) -> Run:
     """Read a run directory's Hydra files and metrics.json."""
-    hydra_dir = run_dir / ".hydra"
-    cfg = OmegaConf.load(hydra_dir / "config.yaml")
-    overrides_file = hydra_dir / "overrides.yaml"
+    cfg = run_files.config(run_dir)
+    has_overrides = (run_dir / ".hydra" / "overrides.yaml").exists()
     overrides, removed = {}, set()
-    for token in OmegaConf.load(overrides_file) if overrides_file.is_file() else []:
-        key, _, value = str(token).partition("=")
+    for token in run_files.overrides(run_dir) if has_overrides else []:
+        key, _, value = token.partition("=")
         if key.startswith("~"):
             removed.add(key.lstrip("~"))
         overrides[key.lstrip("+~")] = value
-    hydra_file = hydra_dir / "hydra.yaml"
-    hydra = OmegaConf.load(hydra_file) if hydra_file.is_file() else OmegaConf.create({})
+    hydra = run_files.hydra(run_dir)
     choices = OmegaConf.to_container(hydra.hydra.runtime.choices) if "hydra" in hydra else {}
-    try:
-        metrics = json.loads((run_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
-        metrics = None
-    metrics = metrics if isinstance(metrics, dict) else None
+    metrics = run_files.metrics(run_dir)
     return Run(
         name=str(run_dir.relative_to(root)) if run_dir != root else run_dir.name,
         task=str(cfg.get("task_name", "?")),
@@ -108,16 +103,16 @@ def find_runs(root: Path) -> list[Run]:
         f"{root} is not a directory; pass a sweep directory such as saved_models/multirun/<date>_<time>, "
         "or saved_models",
     )
-    run_dirs = sorted({p.parent.parent for p in root.rglob("config.yaml") if p.parent.name == ".hydra"})
+    run_dirs = sorted({p.parent for p in root.rglob(".hydra") if os.path.lexists(p / "config.yaml")})
     require(bool(run_dirs), f"no runs under {root} (a run directory holds .hydra/config.yaml)")
     runs = []
     for run_dir in run_dirs:
         try:
             runs.append(load_run(run_dir, root))
         except Exception as exc:  # a run whose files are damaged: the others are still worth a table
-            reason = " ".join(str(exc).split())[:120] or type(exc).__name__
-            warning = f"warning: skipping {run_dir}: its .hydra/ files cannot be read ({reason})"
-            print(warning, file=sys.stderr)
+            reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+            require(len(run_dirs) > 1, f"{run_dir} cannot be read: {reason}")  # one run: the answer
+            print(f"warning: skipping {run_dir}: {reason}", file=sys.stderr)
 
     require(bool(runs), f"no run under {root} could be read (see the warnings above)")
     return runs

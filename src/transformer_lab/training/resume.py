@@ -109,9 +109,9 @@ def run_of(location: str) -> Path | None:
 def resumed_overrides(run: Path, new: list[str]) -> list[str]:
     """The overrides that continue `run`: its own (from its .hydra/overrides.yaml), then those of `new`
     that may change (`CHANGEABLE`); a one-line error for any other change."""
-    from omegaconf import OmegaConf
+    from transformer_lab import run_files
 
-    own = [str(o) for o in OmegaConf.load(run / ".hydra" / "overrides.yaml")]
+    own = run_files.overrides(run)
     own = [o for o in own if o.partition("=")[0].lstrip("+~") not in ("resume", "ckpt_path")]
     for override in new:
         key = override.partition("=")[0].lstrip("+~")
