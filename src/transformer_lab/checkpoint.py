@@ -16,12 +16,14 @@ checks a checkpoint file someone else made (people share them).
 A location is a checkpoint file, a run directory (its checkpoints/best.ckpt, else last.ckpt) or
 `pretrained:<name>` (a file shipped in the package, checked against the sha256 of its record).
 
-What is checked, and when. On `load`, before anything is allocated: the file is a regular file and is
+What is checked, and when. On `load`, before anything is allocated: the file is a regular file whose zip
+directory says it unpacks to little (its pickle at most `MAX_PICKLE`; a 1.7 MB file may claim 1.6 GB) and is
 read as tensors and plain values only (`torch.load(weights_only=True)`: unpickling can run no code); every
 field has the structure it must have; the model's config holds only known keys with values in bounds
 (`ModelConfig`'s LIMITS); the model is built on the meta device (no memory) and every weight's shape in
 the file is compared with the shape the config makes (the first mismatch names the key and both shapes);
-the memory the model needs is compared with what the machine has free. When the task is first used: its
+the memory the model needs is compared with what the machine has free; every weight is finite (a
+diverged run's NaN is named, not printed as an empty answer). When the task is first used: its
 class is imported only if it lives in `transformer_lab.data`, or if its module is found on the Python path
 outside the current directory and the checkpoint's folder and its source defines the class as a task
 (`transformer_lab.data.find`); a data file the record names is read only if the user names it
@@ -34,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import zipfile
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,7 +46,7 @@ from torch import Tensor
 
 from transformer_lab import pretrained
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.limits import require_memory
+from transformer_lab.limits import require_memory, size_text
 from transformer_lab.nn import ModelConfig, TokenModel, build_model
 
 if TYPE_CHECKING:
@@ -119,6 +122,7 @@ def read(file: Path, location: str | Path | None = None) -> dict:
             "legacy-format or an empty save); point ckpt_path= at a best.ckpt or last.ckpt, a run "
             "directory or pretrained:<name>"
         )
+    require_small_unpacked(file)
     try:
         contents = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch.load raises many types for a bad file; all mean "not loadable"
@@ -131,6 +135,31 @@ def read(file: Path, location: str | Path | None = None) -> dict:
         ) from None
     check_structure(contents, location or file)
     return contents
+
+
+MAX_PICKLE = 64 * 2**20  # a checkpoint's pickle holds its structure only (kilobytes): tensors are apart
+
+
+def require_small_unpacked(file: Path) -> None:
+    """Before torch reads the archive: its pickle at most `MAX_PICKLE`, and everything it would inflate
+    into memory (the pickle, and any compressed member; stored tensors are memory-mapped) within what the
+    machine has free, by the sizes the zip's directory states (a 1.7 MB file can inflate to 1.6 GB)."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{file} is not a readable checkpoint (truncated, or not a torch file): {exc}"
+        ) from None
+    pickles = [m for m in members if m.filename.endswith("data.pkl")]
+    require(
+        all(m.file_size <= MAX_PICKLE for m in pickles),
+        f"{file} is not a checkpoint this reads: its pickle unpacks to "
+        f"{size_text(max(m.file_size for m in pickles))}, more than {size_text(MAX_PICKLE)} (a checkpoint's "
+        "is kilobytes); it was not written by torch.save of a model",
+    )
+    inflated = sum(m.file_size for m in members if m in pickles or m.compress_type != zipfile.ZIP_STORED)
+    require_memory(inflated, f"unpacking {file}", "it is not a checkpoint this machine can read")
 
 
 def check_structure(contents: object, where: str | Path) -> None:
@@ -213,6 +242,12 @@ def check_weights(config: ModelConfig, weights: dict[str, Tensor], where: str | 
         )
     elements = sum(t.numel() for t in skeleton.parameters()) + sum(b.numel() for b in skeleton.buffers())
     require_memory(8 * elements, f"the model of {where}", "it is too large for this machine")
+    for key in expected:
+        require(
+            bool(torch.isfinite(weights[key]).all()),
+            f"{where} holds non-finite weights (net.{key} has NaN or infinite values): the run it comes from "
+            "diverged; use an earlier checkpoint of it (a snapshot, or best.ckpt)",
+        )
 
 
 class Checkpoint:
