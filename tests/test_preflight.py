@@ -1,15 +1,18 @@
 """Nothing a config, a shared experiment file or a command line says runs code, writes outside the run or
 mixes two runs: what `python train.py` checks before Hydra runs (transformer_lab.train.prepare)."""
 
+import fnmatch
 import os
+import re
 import sys
 
 import pytest
+import yaml
 
 from tests.conftest import ROOT, run_cli
 from transformer_lab import ConfigError
 from transformer_lab.train import prepare
-from transformer_lab.training import run_dir
+from transformer_lab.training import preflight, run_dir
 
 TINY = ["experiment=reverse_tiny"]
 
@@ -73,20 +76,45 @@ def test_hydra_s_own_settings_are_checked_too(tmp_path, argv, message):
     _refused([*TINY, f"hydra.run.dir={tmp_path / 'run'}", *argv], message)
 
 
+HYDRA_FROM_FILE = ".*may not say where the run goes or what Hydra runs"
+
+
 @pytest.mark.parametrize(
     ("yaml", "message"),
     [
         (
             "hydra:\n  job_logging:\n    formatters:\n      console:\n        (): builtins.open\n",
-            r"\(\)=builtins",
+            r"sets hydra\.job_logging\.formatters\.console\.\(\): " + HYDRA_FROM_FILE,
         ),
-        ("hydra:\n  job_logging:\n    handlers:\n      file:\n        class: os.system\n", "class=os.system"),
+        (
+            "hydra:\n  job_logging:\n    handlers:\n      file:\n        class: os.system\n",
+            r"sets hydra\.job_logging\.handlers\.file\.class: ",
+        ),
         (
             "hydra:\n  job_logging:\n    handlers:\n      console:\n        stream: ext://evil.x\n",
-            "ext://evil",
+            r"sets hydra\.job_logging\.handlers\.console\.stream: ",
         ),
-        ("hydra:\n  callbacks:\n    x:\n      _target_: builtins.print\n", r"hydra\.callbacks\.x\._target_"),
-        ("hydra:\n  job:\n    env_set:\n      LD_PRELOAD: x.so\n", r"hydra\.job\.env_set="),
+        (
+            "hydra:\n  callbacks:\n    x:\n      _target_: builtins.print\n",
+            r"sets hydra\.callbacks\.x\._target_",
+        ),
+        ("hydra:\n  job:\n    env_set:\n      LD_PRELOAD: x.so\n", r"sets hydra\.job\.env_set\.LD_PRELOAD"),
+        # the issue's cases: where Hydra writes its files, a log file of Hydra's own, a sweep from a file
+        ("hydra:\n  output_subdir: /tmp/elsewhere\n", r"sets hydra\.output_subdir: " + HYDRA_FROM_FILE),
+        (
+            "hydra:\n  hydra_logging:\n    handlers:\n      f:\n        class: logging.FileHandler\n"
+            "        filename: /tmp/x.log\n",
+            r"sets hydra\.hydra_logging\.handlers\.f\.class",
+        ),
+        ("hydra:\n  mode: MULTIRUN\n  sweep:\n    dir: /tmp/elsewhere\n", r"sets hydra\.mode: "),
+        ("hydra:\n  run:\n    dir: /tmp/elsewhere\n", r"sets hydra\.run\.dir: "),
+        ("hydra:\n  sweeper:\n    storage: sqlite:////tmp/x.db\n", r"sets hydra\.sweeper\.storage: "),
+        ("paths:\n  log_dir: /tmp/elsewhere\n", r"sets paths\.log_dir: "),
+        (
+            "defaults:\n  - override /hydra/launcher: submitit_local\n",
+            r"chooses hydra/launcher=submitit_local",
+        ),
+        ("defaults:\n  - override /hydra/job_logging: disabled\n", r"chooses hydra/job_logging=disabled"),
         ("callbacks:\n  best_checkpoint:\n    dirpath: /tmp/elsewhere\n", "is outside the run directory"),
         ("logger:\n  tensorboard:\n    save_dir: /tmp/elsewhere\n", r"logger\.tensorboard\.save_dir=/tmp"),
         ("trainer:\n  default_root_dir: /tmp/elsewhere\n", r"trainer\.default_root_dir=/tmp/elsewhere"),
@@ -97,13 +125,132 @@ def test_hydra_s_own_settings_are_checked_too(tmp_path, argv, message):
         ),
         (
             "hydra:\n  job_logging:\n    handlers:\n      file:\n        filename: /tmp/x.log\n",
-            "filename=/tmp",
+            r"sets hydra\.job_logging\.handlers\.file\.filename",
+        ),
+        (
+            "logger:\n  tensorboard:\n    name: /tmp/elsewhere\n",
+            r"logger\.tensorboard\.name=/tmp/elsewhere is",
+        ),
+        (
+            "logger:\n  tensorboard:\n    name: ../../x\n",
+            r"logger\.tensorboard\.name=.*\.\./\.\./x is outside",
+        ),
+        ("logger:\n  tensorboard:\n    version: ../x\n", r"logger\.tensorboard\.version=.* is outside"),
+        (
+            "trainer:\n  profiler:\n    _target_: lightning.pytorch.profilers.SimpleProfiler\n"
+            "    dirpath: ${paths.output_dir}\n    filename: ../../x\n",
+            r"trainer\.profiler\.filename=.*/\.\./\.\./x is outside the run directory",
         ),
     ],
 )
 def test_a_shared_experiment_file_cannot_run_code_or_write_elsewhere(tmp_path, yaml, message):
     shared = _experiment(tmp_path, yaml)
     _refused([*TINY, shared, "experiment=shared", f"hydra.run.dir={tmp_path / 'run'}"], message)
+    _refused([*TINY, shared, "experiment=shared", f"paths.log_dir={tmp_path / 'runs'}"], message)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_task_name_cannot_move_the_run_out_of_the_log_directory(tmp_path):
+    shared = _experiment(tmp_path, "task_name: ../../../elsewhere\n")
+    _refused(
+        [*TINY, shared, "experiment=shared", f"paths.log_dir={tmp_path / 'a' / 'b'}"],
+        r"is outside paths\.log_dir=.*: task_name='\.\./\.\./\.\./elsewhere' must be a plain name",
+    )
+    assert not any(tmp_path.rglob("elsewhere"))
+
+
+def test_a_shared_search_may_set_its_space_size_and_sampler(tmp_path):
+    """The allowlist: what a shared Optuna search file needs of Hydra's settings is accepted."""
+    shared = _experiment(
+        tmp_path,
+        "defaults:\n  - override /hydra/sweeper: optuna\n  - override /hydra/sweeper/sampler: random\n"
+        "hydra:\n  sweeper:\n    n_trials: 3\n    direction: maximize\n    sampler:\n      seed: 7\n"
+        "    params:\n      model.lr: choice(0.01, 0.001)\n"
+        "  job_logging:\n    loggers:\n      lightning:\n        level: WARNING\n",
+    )
+    argv = prepare(["-m", *TINY, shared, "experiment=shared", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert argv[-1] == f"hydra.sweep.dir={tmp_path / 'sweep'}"
+
+
+def test_the_command_line_may_set_what_a_file_may_not(tmp_path):
+    """The same Hydra settings a shared file is refused are the user's to give on the command line."""
+    argv = prepare([*TINY, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.output_subdir={tmp_path / 'hydra'}"])
+    assert argv[-1] == f"hydra.run.dir={tmp_path / 'run'}"
+    _refused([*TINY, "hydra.mode=MULTIRUN"], "hydra.mode is not set by hand: a sweep is -m")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("bomb.yaml", "a: &a [x, x]\nb: [*a, *a]\n", "an alias"),
+        ("bad.yaml", "a: [unclosed\n", "is not valid YAML"),
+        ("fifo.yaml", None, "is not a regular file"),
+    ],
+)
+def test_a_search_path_file_that_would_hang_hydra_is_refused_before_hydra_reads_it(
+    tmp_path, name, content, message
+):
+    folder = tmp_path / "shared" / "experiment"
+    folder.mkdir(parents=True)
+    if content is None:
+        os.mkfifo(folder / name)
+    else:
+        (folder / name).write_text(content)
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'shared'}]"
+    _refused([*TINY, searchpath, f"hydra.run.dir={tmp_path / 'run'}"], message)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "--bogus is not an option; python train.py --help lists them"),
+        (["--cfg", "everything"], "--cfg everything must be one of job, hydra, all"),
+        (["seed=-5"], r"seed=-5 is out of range; use an integer from 0 to 4294967295"),
+        (["seed=4294967296"], "seed=4294967296 is out of range"),
+    ],
+)
+def test_flags_and_seeds_the_run_cannot_use_are_one_line_and_leave_no_folder(tmp_path, argv, message):
+    _refused([*TINY, f"paths.log_dir={tmp_path}", *argv], message)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_rank_variable_in_the_environment_joins_no_run(tmp_path, monkeypatch):
+    """LOCAL_RANK=1 alone (no run leading this process) is refused: it would skip the directory's lock."""
+    finished = tmp_path / "run"
+    (finished / "checkpoints").mkdir(parents=True)
+    for variable in ("LOCAL_RANK", "RANK"):
+        monkeypatch.setenv(variable, "1")
+        _refused([*TINY, f"hydra.run.dir={finished}"], f"{variable}=1 is set in the environment, but")
+        monkeypatch.delenv(variable)
+    # a leftover lock variable naming a run that this process's parent does not lead joins nothing
+    monkeypatch.setenv(run_dir.RANK_ENV, f"{os.getpid()}:{finished}")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    _refused([*TINY, f"hydra.run.dir={finished}"], "LOCAL_RANK=1 is set in the environment")
+    assert sorted(p.name for p in finished.iterdir()) == ["checkpoints"]
+
+
+def test_the_ranks_of_a_ddp_run_are_known_by_the_lock_their_parent_holds(tmp_path, monkeypatch):
+    """What Lightning's launcher does: rank 0 claims and locks the directory; a child it starts (its
+    parent is rank 0) with that directory joins it; the same variables in any other process do not."""
+    run = tmp_path / "run"
+    assert prepare([*TINY, f"hydra.run.dir={run}"])[-1] == f"hydra.run.dir={run}"
+    pid, _, directory = os.environ[run_dir.RANK_ENV].partition(":")
+    assert pid == str(os.getpid()) and directory == str(run.resolve())
+    child = [*TINY, f"hydra.run.dir={run}", "hydra.job.name=train_ddp_process_1"]
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(os, "getppid", os.getpid)  # as the child sees it: its parent is rank 0
+    assert run_dir.joining_ddp_run(child)
+    with pytest.raises(ConfigError, match="LOCAL_RANK=1 is set"):  # told to join another directory
+        run_dir.joining_ddp_run([*TINY, f"hydra.run.dir={tmp_path / 'other'}"])
+    monkeypatch.setattr(os, "getppid", lambda: 1)  # the same variables, another parent
+    with pytest.raises(ConfigError, match="LOCAL_RANK=1 is set"):
+        run_dir.joining_ddp_run(child)
+    run_dir.release_all()  # rank 0 ended: its lock is gone, and nothing joins the directory
+    monkeypatch.setattr(os, "getppid", os.getpid)
+    monkeypatch.setenv(run_dir.RANK_ENV, f"{os.getpid()}:{run.resolve()}")
+    with pytest.raises(ConfigError, match="LOCAL_RANK=1 is set"):
+        run_dir.joining_ddp_run(child)
 
 
 def test_an_optuna_search_may_only_vary_plain_settings(tmp_path):
@@ -176,3 +323,29 @@ def test_python_m_shows_what_python_train_py_shows(tmp_path):
     text = result.stdout + result.stderr
     assert "Training on cpu" in text and "Test: test/loss=" in text and "Run directory: run" in text
     assert (ROOT / "train.py").is_file()
+
+
+def test_every_setting_of_hydra_a_shared_file_could_set_is_refused_but_the_allowlist(tmp_path):
+    """Not key by key: every leaf of Hydra's composed settings, set by a file on the search path."""
+    from omegaconf import OmegaConf
+
+    from transformer_lab.training.compose import compose_config
+
+    hydra = OmegaConf.to_container(compose_config(TINY, return_hydra_config=True).hydra, resolve=False)
+    keys = [k for k in preflight._settings(hydra, "hydra") if not k.startswith("hydra.runtime.")]
+    allowed = [k for k in keys if any(fnmatch.fnmatchcase(k, a) for a in preflight.FILE_HYDRA_KEYS)]
+    assert len(keys) > 50 and "hydra.run.dir" in keys and "hydra.mode" in keys
+    folder = tmp_path / "shared" / "experiment"
+    folder.mkdir(parents=True)
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'shared'}]"
+    for number, key in enumerate(keys):
+        nested = "x"
+        for part in reversed(key.split(".")):
+            nested = {part: nested}
+        (folder / f"k{number}.yaml").write_text("# @package _global_\n" + yaml.safe_dump(nested))
+        job = [*TINY, searchpath, f"experiment=k{number}"]
+        if key in allowed:
+            preflight.check_files_from_elsewhere(job, [tmp_path / "shared"], multirun=False)
+        else:
+            with pytest.raises(ConfigError, match=f"k{number}.yaml sets {re.escape(key)}: "):
+                preflight.check_files_from_elsewhere(job, [tmp_path / "shared"], multirun=False)

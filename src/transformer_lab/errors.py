@@ -4,6 +4,8 @@ ConfigError       a user's mistake (a value, a path, an argument, a file made by
                   before anything is run
 TrainingFailed    a run that could not go on (the loss diverged, the disk is full): exit 1, with what
                   was kept
+Terminated        a run asked to stop (SIGTERM: a scheduler's time limit, `kill`): last.ckpt saved,
+                  exit 143 (128 + 15, as a process the signal ended), saying how to resume
 """
 
 from collections.abc import Iterator
@@ -22,6 +24,12 @@ def require(condition: bool, message: str) -> None:
 
 class TrainingFailed(RuntimeError):
     """Training stopped on a failure that is not a config mistake; the message says what was kept."""
+
+
+class Terminated(RuntimeError):
+    """The run stopped on SIGTERM after saving last.ckpt; the message says how to resume it."""
+
+    exit_status = 143
 
 
 class TrainingDiverged(TrainingFailed):

@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from transformer_lab.errors import ConfigError, TrainingFailed
+from transformer_lab.errors import ConfigError, Terminated, TrainingFailed
 from transformer_lab.training import console
 from transformer_lab.training.compose import CONFIG_MODULE, user_error
 from transformer_lab.training.run_dir import remove_unused_run_dir
@@ -46,6 +46,10 @@ def run_job(cfg: DictConfig) -> float | None:
     logging.captureWarnings(True)  # library warnings go to train.log as well as to the console
     try:
         metrics = train(cfg)
+    except Terminated as stop:  # the whole process was asked to stop: a sweep stops too
+        log.info(f"error: {stop}", extra={"console": False})
+        print(f"error: {stop}", file=sys.stderr)
+        sys.exit(Terminated.exit_status)
     except TrainingFailed as failure:  # the run could not go on: one line, saying what was kept
         log.info(f"error: {failure}", extra={"console": False})
         if multirun:
@@ -89,6 +93,7 @@ def prepare(argv: list[str]) -> list[str]:
     if continued is not None:
         run, kept = continued
         require_same_dir(value, run)
+        run_dir.require_no_symlinks(run)  # before its files' paths are judged: a link points elsewhere
         hydra = [o for o in overrides if o.startswith("hydra.") and not o.startswith("hydra.run.dir=")]
         overrides = [*kept, f"resume={run}", *hydra, f"hydra.run.dir={run}"]
         value["hydra.run.dir"] = str(run)

@@ -204,7 +204,7 @@ def check_instantiable(resolved: dict) -> None:
 def check_types(cfg: DictConfig) -> None:
     """Every value of every `_target_` node (trainer, data, callbacks, loggers), and the top-level keys,
     against the type annotations of the class or function it goes to."""
-    check_values(TOP_LEVEL_TYPES, {k: cfg.get(k) for k in TOP_LEVEL_TYPES if k in cfg}, "")
+    check_top_level({k: cfg.get(k) for k in TOP_LEVEL_TYPES if k in cfg})
 
     def walk(node: object, key: str) -> None:
         if isinstance(node, dict):
@@ -218,6 +218,20 @@ def check_types(cfg: DictConfig) -> None:
         node = cfg.get(key)
         if isinstance(node, DictConfig):
             walk(OmegaConf.to_container(node, resolve=True), key)
+
+
+MAX_SEED = 2**32 - 1  # numpy's seeds (Lightning seeds numpy, random and torch with the same number)
+
+
+def check_top_level(values: Mapping) -> None:
+    """The top-level settings (`seed`, `test`, `ckpt_path`, `resume`, `threads`): their types, and a seed
+    every generator takes."""
+    check_values(TOP_LEVEL_TYPES, {k: v for k, v in values.items() if k in TOP_LEVEL_TYPES}, "")
+    seed = values.get("seed")
+    require(
+        seed is None or 0 <= seed <= MAX_SEED,
+        f"seed={seed} is out of range; use an integer from 0 to {MAX_SEED} (or seed=null for a random one)",
+    )
 
 
 def check_arguments(target: Callable, values: Mapping, prefix: str) -> None:

@@ -19,7 +19,10 @@ the same overrides and search path, once per job of a sweep (`-m`), and refuses:
 `train()` checks the job's fully resolved config again before it builds anything.
 """
 
+import fnmatch
+import importlib.resources
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +32,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.training.config_checks import check_instantiable, resolved
+from transformer_lab.files import read_yaml
+from transformer_lab.training.config_checks import check_instantiable, check_top_level, resolved
 
 # Hydra's flags: those that take a value, and those that only print something (no config runs).
 VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--info", "-i"}
@@ -44,6 +48,10 @@ REFUSED_FLAGS = {
     "--config-dir": "add your configs with hydra.searchpath=[file://DIR] instead",
     "-cd": "add your configs with hydra.searchpath=[file://DIR] instead",
 }
+KNOWN_FLAGS = {
+    *VALUE_FLAGS, *PRINT_ONLY, *REFUSED_FLAGS, "--resolve", "--run", "-r", "--multirun", "-m"
+}  # fmt: skip
+CFG_VALUES = ("job", "hydra", "all")
 MAX_JOBS = 1024  # a sweep larger than this is surely a mistake (and each job's config is checked)
 
 
@@ -54,6 +62,10 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str], bool, bool]:
     for word in words:
         name = word.split("=", 1)[0]
         if word.startswith("-"):
+            require(
+                name in KNOWN_FLAGS,
+                f"{name} is not an option; python train.py --help lists them (settings are key=value)",
+            )
             if name in REFUSED_FLAGS:
                 raise ConfigError(f"{name} is not accepted here: {REFUSED_FLAGS[name]}")
             flags.append(word)
@@ -61,6 +73,10 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str], bool, bool]:
             print_only |= name in PRINT_ONLY
             if name in VALUE_FLAGS and "=" not in word:
                 value = next(words, None)
+                require(
+                    name not in ("--cfg", "-c") or value in CFG_VALUES,
+                    f"{name} {value or ''} must be one of {', '.join(CFG_VALUES)}, e.g. --cfg job",
+                )
                 if value is not None and (name not in ("--info", "-i") or not value.count("=")):
                     flags.append(value)
                 elif value is not None:
@@ -109,42 +125,63 @@ def jobs(overrides: list[str], multirun: bool, group_options) -> Iterator[list[s
         yield [*fixed, *combination]
 
 
-def write_paths(resolved: dict) -> dict[str, str]:
-    """Every path the run writes that a config can set, by its key."""
-    paths = {}
+def run_writes(resolved: dict, run_dir: Path, multirun: bool = False) -> dict[str, tuple[Path, Path]]:
+    """Every place the run writes that a config can set, by the key that sets it: (the path, the folder it
+    must lie in). A name given relative to another folder (a logger's name and version under its
+    save_dir, the profiler's file under its dirpath, Hydra's output_subdir under the job's directory, a
+    sweep job's subdir under the sweep's) must stay inside that folder; any other path inside the run's
+    directory (`run_dir`: the sweep's, for a sweep)."""
+    writes: dict[str, tuple[Path, Path]] = {}
+
+    def add(key: str, path: object, folder: Path | None = None) -> None:
+        """`path` as the config gives it; `folder`: the one a relative name is joined to."""
+        if isinstance(path, str) and path != "":
+            writes[key] = (folder / path, folder) if folder is not None else (Path(path), run_dir)
+
     for section, keys in (("callbacks", ("dirpath", "path")), ("logger", ("save_dir",))):
         for name, node in (resolved.get(section) or {}).items():
-            for key in keys:
-                if isinstance(node, dict) and isinstance(node.get(key), str):
-                    paths[f"{section}.{name}.{key}"] = node[key]
+            for key in keys if isinstance(node, dict) else ():
+                add(f"{section}.{name}.{key}", node.get(key))
+            if section == "logger" and isinstance(node, dict) and isinstance(node.get("save_dir"), str):
+                save_dir = Path(node["save_dir"])
+                add(f"logger.{name}.name", node.get("name"), save_dir)
+                named = save_dir / str(node["name"]) if node.get("name") not in (None, "") else save_dir
+                add(f"logger.{name}.version", node.get("version"), named)
     trainer = resolved.get("trainer") or {}
-    if isinstance(trainer.get("default_root_dir"), str):
-        paths["trainer.default_root_dir"] = trainer["default_root_dir"]
+    add("trainer.default_root_dir", trainer.get("default_root_dir"))
     profiler = trainer.get("profiler")
-    if isinstance(profiler, dict) and isinstance(profiler.get("dirpath"), str):
-        paths["trainer.profiler.dirpath"] = profiler["dirpath"]
+    if isinstance(profiler, dict):
+        add("trainer.profiler.dirpath", profiler.get("dirpath"))
+        if isinstance(profiler.get("dirpath"), str):
+            add("trainer.profiler.filename", profiler.get("filename"), Path(profiler["dirpath"]))
     hydra = resolved.get("hydra") or {}
-    for name, handler in ((hydra.get("job_logging") or {}).get("handlers") or {}).items():
-        if isinstance(handler, dict) and isinstance(handler.get("filename"), str):
-            paths[f"hydra.job_logging.handlers.{name}.filename"] = handler["filename"]
+    add("hydra.output_subdir", hydra.get("output_subdir"), run_dir / "0" if multirun else run_dir)
+    for logging_config in ("job_logging", "hydra_logging"):
+        for name, handler in ((hydra.get(logging_config) or {}).get("handlers") or {}).items():
+            if isinstance(handler, dict):
+                add(f"hydra.{logging_config}.handlers.{name}.filename", handler.get("filename"))
+    if multirun:
+        add("hydra.sweep.subdir", (hydra.get("sweep") or {}).get("subdir"), run_dir)
     storage = (hydra.get("sweeper") or {}).get("storage")
     if isinstance(storage, str) and storage.startswith("sqlite:///"):
-        paths["hydra.sweeper.storage"] = storage.removeprefix("sqlite:///")
-    return paths
+        add("hydra.sweeper.storage", storage.removeprefix("sqlite:///"))
+    return writes
 
 
-def _inside(path: str, folder: Path) -> bool:
-    resolved = Path(path).expanduser().resolve()
+def _inside(path: Path, folder: Path) -> bool:
+    resolved, folder = path.expanduser().resolve(), folder.expanduser().resolve()
     return resolved == folder or folder in resolved.parents
 
 
-def check_writes(resolved: dict, run_dir: Path, given: set[str]) -> None:
-    """Every path the run writes is inside its directory, or set by the command line itself."""
-    for key, path in write_paths(resolved).items():
+def check_writes(resolved: dict, run_dir: Path, given: set[str], multirun: bool = False) -> None:
+    """The one check of where a run writes: every path of `run_writes` lies in its folder, unless the
+    command line itself sets its key (a path given on the command line is the user's to choose)."""
+    for key, (path, folder) in run_writes(resolved, run_dir, multirun).items():
+        where = "the run directory" if folder == run_dir else "its folder"
         require(
-            key in given or _inside(path, run_dir),
-            f"{key}={path} is outside the run directory {run_dir}; a config may only write there (set it "
-            f"on the command line, {key}=..., to write elsewhere)",
+            key in given or _inside(path, folder),
+            f"{key}={path} is outside {where} {folder}; a config may only write there (set it on the "
+            f"command line, {key}=..., to write elsewhere)",
         )
 
 
@@ -163,8 +200,10 @@ def check_hydra(cfg: DictConfig) -> None:
         )
 
 
-def check_search_path_overrides(parsed: list[Override]) -> None:
-    """`hydra.searchpath=[pkg://...]` imports a package while the config is composed: refuse it first."""
+def search_path_folders(parsed: list[Override]) -> list[Path]:
+    """The folders `hydra.searchpath=[file://DIR, ...]` adds; a one-line error for a `pkg://` entry (it
+    imports a package while the config is composed) or a folder that is not one."""
+    folders = []
     for override in parsed:
         if override.key_or_group == "hydra.searchpath":
             text = override.input_line.partition("=")[2]
@@ -175,6 +214,129 @@ def check_search_path_overrides(parsed: list[Override]) -> None:
                     f"hydra.searchpath entry {entry} is not allowed: add config folders as file://DIR (a "
                     "pkg:// entry imports a package)",
                 )
+                if entry:
+                    folder = Path(entry.removeprefix("file://")).expanduser()
+                    require(folder.is_dir(), f"hydra.searchpath entry {entry} is not a folder")
+                    folders.append(folder)
+    return folders
+
+
+MAX_CONFIG_FILES = 10_000  # a folder of configs with more entries than this is not a folder of configs
+
+
+def check_search_path_files(folders: list[Path]) -> None:
+    """Every YAML file of the search path's folders read as `files.read_yaml` reads a run's files, before
+    Hydra reads any: a FIFO would hang the composition, aliases would expand it to billions of nodes."""
+    for folder in folders:
+        count = 0
+        for parent, dirs, names in os.walk(folder):  # symlinked folders are not followed
+            count += len(dirs) + len(names)
+            require(
+                count <= MAX_CONFIG_FILES,
+                f"hydra.searchpath folder {folder} holds more than {MAX_CONFIG_FILES} entries; point it at "
+                "the folder of your configs",
+            )
+            for name in names:
+                if name.endswith((".yaml", ".yml")):
+                    read_yaml(Path(os.path.realpath(Path(parent) / name)))
+
+
+# What a config file from outside this package (a folder on hydra.searchpath: a shared experiment) may
+# set of Hydra's own settings: an Optuna search's space and size, and how much loggers say. Where the run
+# goes and what it writes (hydra.run, hydra.sweep, hydra.mode, output_subdir, logging handlers, the
+# launcher, `paths.*`) come only from this package's configs and the command line (docs/troubleshooting.md).
+FILE_HYDRA_KEYS = (
+    "hydra.sweeper.params.*",
+    "hydra.sweeper.n_trials",
+    "hydra.sweeper.direction",
+    "hydra.sweeper.study_name",
+    "hydra.sweeper.n_jobs",
+    "hydra.sweeper.max_failure_rate",
+    "hydra.sweeper.sampler.seed",
+    "hydra.job_logging.loggers.*.level",
+    "hydra.hydra_logging.loggers.*.level",
+)
+FILE_HYDRA_CHOICES = {  # the config groups of Hydra's a shared file may choose (defaults: override ...)
+    "hydra/sweeper": {"basic", "optuna"},
+    "hydra/sweeper/sampler": {"cmaes", "grid", "motpe", "nsgaii", "random", "tpe"},
+}
+RUN_PLACES = ("hydra", "paths")  # the top-level sections that say where a run goes
+
+
+def _settings(node: object, prefix: str) -> Iterator[str]:
+    """The dotted key of every value a (plain) config node sets."""
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _settings(value, f"{prefix}.{key}")
+    else:
+        yield prefix
+
+
+def _run_places_set(data: object, package: str) -> Iterator[str]:
+    """Every key under `hydra.` or `paths.` that a config file's contents set, placed at `package`."""
+    if not isinstance(data, dict):
+        return
+    body = {k: v for k, v in data.items() if k != "defaults"}
+    if package.split(".")[0] in RUN_PLACES:
+        yield from _settings(body, package)
+    elif package == "":
+        for key, value in body.items():
+            if str(key).split(".")[0] in RUN_PLACES:
+                yield from _settings(value, str(key))
+
+
+def check_files_from_elsewhere(job: list[str], folders: list[Path], multirun: bool) -> None:
+    """A config file found on the search path (not in this package, not the command line) may set only
+    `FILE_HYDRA_KEYS` of Hydra's settings and choose only `FILE_HYDRA_CHOICES` of its groups; no `paths.*`.
+    One rule for every key, found from the files Hydra composes (their defaults list), not key by key."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from transformer_lab.training.compose import CONFIG_MODULE
+
+    if not folders:
+        return
+    trusted = [importlib.resources.files(p) for p in ("hydra.conf", CONFIG_MODULE)]
+
+    def from_elsewhere(config_path: str | None) -> Path | None:
+        """The file of a search-path folder that Hydra loads for `config_path` (the package's own and
+        Hydra's come first on the search path), or None."""
+        if config_path is None or any((t / f"{config_path}.yaml").is_file() for t in trusted):
+            return None
+        return next(
+            (f / f"{config_path}.yaml" for f in folders if (f / f"{config_path}.yaml").is_file()), None
+        )
+
+    mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            defaults = GlobalHydra.instance().config_loader().compute_defaults_list("train", job, mode)
+    except HydraException:
+        return  # a mistake in the command line: composing the config says what it is, in one line
+    refuse = (
+        "a config from outside this package (a folder on hydra.searchpath) may not say where the run goes "
+        "or what Hydra runs; set it on the command line if you mean it (docs/troubleshooting.md lists what "
+        "a shared file may set of Hydra's)"
+    )
+    for result in defaults.defaults:
+        file = from_elsewhere(result.config_path)
+        for key in _run_places_set(read_yaml(file) if file else None, result.package or ""):
+            require(any(fnmatch.fnmatchcase(key, k) for k in FILE_HYDRA_KEYS), f"{file} sets {key}: {refuse}")
+        chooser = from_elsewhere(result.parent)
+        group = (result.config_path or "").rpartition("/")[0]
+        if chooser is not None and (result.package or "").split(".")[0] in RUN_PLACES:
+            choice = (result.config_path or "").rpartition("/")[2]
+            require(
+                choice in FILE_HYDRA_CHOICES.get(group, ()), f"{chooser} chooses {group}={choice}: {refuse}"
+            )
+    for group, meta in defaults.overrides.override_metadata.items():
+        chooser = None if meta.external_override else from_elsewhere(meta.containing_config_path)
+        if chooser is not None and group.split("/")[0] in RUN_PLACES:
+            choice = defaults.overrides.override_choices.get(group)
+            require(
+                choice in FILE_HYDRA_CHOICES.get(group, ()), f"{chooser} chooses {group}={choice}: {refuse}"
+            )
 
 
 def run_directory(cfg: DictConfig, multirun: bool) -> Path:
@@ -198,8 +360,14 @@ def check_command_line(argv: list[str]) -> tuple[Path | None, bool]:
     if print_only:
         return None, multirun
     parsed = parse_overrides(overrides)
-    check_search_path_overrides(parsed)
+    folders = search_path_folders(parsed)
+    check_search_path_files(folders)
     given = {o.key_or_group for o in parsed}
+    require(
+        "hydra.mode" not in given,
+        "hydra.mode is not set by hand: a sweep is -m (--multirun) on the command line, a single run is "
+        "without it",
+    )
 
     def group_options(group: str) -> list[str]:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
@@ -207,6 +375,7 @@ def check_command_line(argv: list[str]) -> tuple[Path | None, bool]:
 
     run_dir = None
     for job in jobs(overrides, multirun, group_options):
+        check_files_from_elsewhere(job, folders, multirun)
         cfg = compose_config(job, return_hydra_config=True)
         check_hydra(cfg)
         directory = run_directory(cfg, multirun)
@@ -214,9 +383,23 @@ def check_command_line(argv: list[str]) -> tuple[Path | None, bool]:
         job_dir = directory / "0" if multirun else directory
         plain = resolved(cfg, job_dir)
         check_instantiable(plain)
-        check_writes(plain, directory, given)
+        check_top_level(plain)
+        check_run_directory(plain, directory, given, multirun)
+        check_writes(plain, directory, given, multirun)
         check_sweeper_params(cfg)
     return run_dir, multirun
+
+
+def check_run_directory(resolved: dict, directory: Path, given: set[str], multirun: bool) -> None:
+    """A run's (or sweep's) default directory lies under `paths.log_dir`: a task's `task_name` of
+    `../../elsewhere` does not move it out."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    log_dir = (resolved.get("paths") or {}).get("log_dir")
+    require(
+        key in given or not isinstance(log_dir, str) or _inside(directory, Path(log_dir)),
+        f"the run directory {directory} is outside paths.log_dir={log_dir}: task_name="
+        f"{resolved.get('task_name')!r} must be a plain name (or name the directory with {key}=)",
+    )
 
 
 def check_sweeper_params(cfg: DictConfig) -> None:

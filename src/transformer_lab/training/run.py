@@ -5,6 +5,7 @@ Tests call `train(cfg)` with a config from Hydra's compose API (`training.compos
 command line reaches it through `transformer_lab.train` (Hydra's main).
 """
 
+import inspect
 import json
 import logging
 import time
@@ -13,9 +14,11 @@ from pathlib import Path
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab.errors import require
+from transformer_lab.errors import Terminated, require
+from transformer_lab.files import write_text
 from transformer_lab.training import console
 from transformer_lab.training.compose import instantiate
 
@@ -164,22 +167,16 @@ def train(cfg: DictConfig) -> dict:
     )
     log.info(console.model_summary(model.net))
 
-    trainer.fit(model, datamodule=task, ckpt_path=ckpt_path, weights_only=True)
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-    best = trainer.checkpoint_callback
-    best_path = getattr(best, "best_model_path", "") or None
-    # read before testing: loading best.ckpt for the test restores the callbacks' state saved in it,
-    # which predates the score of best.ckpt itself
-    best_score = getattr(best, "best_model_score", None) if best_path else None
-    global_step = trainer.global_step
-    if cfg.get("test", True) and not trainer.interrupted:
-        results = trainer.test(model, datamodule=task, ckpt_path=best_path, verbose=False, weights_only=True)
-        metrics.update({k: float(v) for k, v in results[0].items()})
+    try:
+        results = fit_and_test(trainer, model, task, ckpt_path, test=cfg.get("test", True))
+    except SIGTERMException:  # Lightning saw SIGTERM, ran the callbacks' on_exception (last.ckpt), stopped
+        raise Terminated(stopped_by_sigterm(trainer, output_dir)) from None
+    metrics = {k: v for k, v in results.items() if "/" in k}
     metrics.update(
         metric=cfg.metric,
-        best_score=best_score,
-        best_ckpt_path=best_path,
-        global_step=global_step,
+        best_score=results["best_score"],
+        best_ckpt_path=results["best_ckpt_path"],
+        global_step=results["global_step"],
         device=str(trainer.strategy.root_device),
         wall_time_s=round(time.perf_counter() - start, 2),
     )
@@ -188,9 +185,47 @@ def train(cfg: DictConfig) -> dict:
     return metrics
 
 
+def fit_and_test(
+    trainer: L.Trainer,
+    model: L.LightningModule,
+    task: L.LightningDataModule,
+    ckpt_path: str | None,
+    test: bool,
+) -> dict:
+    """Fit (from `ckpt_path`, if resuming), then test the best checkpoint: the val/ and test/ metrics,
+    the best checkpoint and its score, and the last step."""
+    trainer.fit(model, datamodule=task, ckpt_path=ckpt_path, weights_only=True)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    best = trainer.checkpoint_callback
+    best_path = getattr(best, "best_model_path", "") or None
+    # read before testing: loading best.ckpt for the test restores the callbacks' state saved in it,
+    # which predates the score of best.ckpt itself
+    best_score = getattr(best, "best_model_score", None) if best_path else None
+    global_step = trainer.global_step
+    if test and not trainer.interrupted:
+        results = trainer.test(model, datamodule=task, ckpt_path=best_path, verbose=False, weights_only=True)
+        metrics.update({k: float(v) for k, v in results[0].items()})
+    return {**metrics, "best_score": best_score, "best_ckpt_path": best_path, "global_step": global_step}
+
+
+def stopped_by_sigterm(trainer: L.Trainer, output_dir: Path) -> str:
+    """The line for a run that SIGTERM stopped: where it stopped, what was saved, how to go on."""
+    from transformer_lab.training.callbacks import LastCheckpoint
+
+    last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+    saved = last.saved_step if last is not None else None
+    if trainer.state.fn != "fit":
+        return (
+            f"stopped by SIGTERM while testing; training had finished, its checkpoints are in "
+            f"{output_dir / 'checkpoints'}, no metrics.json was written"
+        )
+    kept = f"last.ckpt holds step {saved}" if saved is not None else "no checkpoint was saved yet"
+    return f"stopped by SIGTERM at step {trainer.global_step} ({kept}); resume with resume={output_dir}"
+
+
 def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    write_text(output_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     scores = {f"hp/{k.replace('/', '_')}": v for k, v in metrics.items() if "/" in k}
     hparams = trainer.lightning_module.hparams
     flat = {
@@ -205,7 +240,11 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
     }
     flat = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in flat.items()}
     for logger in trainer.loggers:
-        logger.log_hyperparams(flat, metrics=scores)
+        if "metrics" in inspect.signature(logger.log_hyperparams).parameters:  # TensorBoard's hparams view
+            logger.log_hyperparams(flat, metrics=scores)
+        else:  # CSVLogger: the settings in hparams.yaml, the scores as a last row
+            logger.log_hyperparams(flat)
+            logger.log_metrics(scores, step=trainer.global_step)
         # Write these last records now: the Trainer already finalized its loggers, and leaving the flush
         # to garbage collection at exit can lose them (the last job of a sweep then has no hp/ scalars).
         logger.finalize("success")

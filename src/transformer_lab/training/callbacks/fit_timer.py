@@ -15,6 +15,8 @@ import torch
 from lightning.pytorch.profilers import Profiler
 from torch import Tensor
 
+from transformer_lab.files import write_text
+
 
 class HookTimes(Profiler):
     """A Lightning profiler that only adds up the time of every action it is told about: Lightning wraps
@@ -122,4 +124,4 @@ class FitTimer(L.Callback):
         }
         path = Path(self.path or Path(trainer.default_root_dir) / "fit_timing.json")
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(timing, indent=2) + "\n")
+        write_text(path, json.dumps(timing, indent=2) + "\n")
