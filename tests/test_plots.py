@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from matplotlib.figure import Figure
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.conftest import fit_with_callback
+from tests.conftest import fit_with_callback, load_script
 from transformer_lab import CosineWarmupScheduler
 from transformer_lab import figures as plots
 from transformer_lab.data import ReverseDataModule
@@ -207,3 +207,21 @@ def test_the_old_module_name_gives_the_same_figures():
     from transformer_lab import plots as old
 
     assert old.attention_grid is plots.attention_grid and old.lr_schedule is plots.lr_schedule
+
+
+def test_a_schedule_of_a_trillion_steps_is_drawn_at_once_from_at_most_ten_thousand_points():
+    fig = plots.lr_schedule(1e-3, warmup=10**9, max_iters=10**12)
+    for ax in fig.axes:
+        steps = ax.lines[0].get_xdata()
+        assert 1000 < len(steps) <= 10_000 and steps[0] == 0
+    rates = fig.axes[0].lines[0].get_ydata()
+    assert max(rates) == pytest.approx(1e-3, rel=1e-3) and rates[-1] < 1e-6
+
+
+def test_a_positional_encoding_too_large_to_hold_is_refused_before_it_is_made(tmp_path):
+    tool = load_script("plots")
+    with pytest.raises(ConfigError, match="model_dim=100000 is more than a model here has"):
+        tool.main(["positional_encoding", "positions=100000000", "model_dim=100000"])
+    with pytest.raises(ConfigError, match=r"the encoding of 100000 positions x 30000 dimensions needs"):
+        tool.main(["positional_encoding", "positions=100000", "model_dim=30000", f"out_dir={tmp_path}"])
+    assert not any(tmp_path.iterdir())

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # Hydra, torch and matplotlib load after the arguments are pa
     from omegaconf import DictConfig
 
 PE_KEYS = {"model_dim": 32, "positions": 64, "dims": 4}
+MAX_CURVES = 64  # dims=: one panel each
 
 
 def __getattr__(name: str) -> object:
@@ -75,6 +76,21 @@ def draw_positional_encoding(args: list[str], out_dir: Path) -> list[Path]:
     require(
         values["dims"] <= values["model_dim"],
         f"dims={values['dims']} is more than model_dim={values['model_dim']}",
+    )
+    require(
+        values["dims"] <= MAX_CURVES, f"dims={values['dims']} draws more curves than {MAX_CURVES}; use fewer"
+    )
+    from transformer_lab.limits import require_memory
+    from transformer_lab.nn.config import LIMITS
+
+    for key, limit in (("model_dim", LIMITS["model_dim"]), ("positions", LIMITS["max_len"])):
+        require(
+            values[key] <= limit, f"{key}={values[key]} is more than a model here has ({limit}); use less"
+        )
+    require_memory(
+        4 * 4 * values["positions"] * values["model_dim"],  # the table, its image and their copies
+        f"the encoding of {values['positions']} positions x {values['model_dim']} dimensions",
+        "use fewer positions= or a smaller model_dim=",
     )
     from transformer_lab import figures
 

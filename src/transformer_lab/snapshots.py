@@ -56,6 +56,7 @@ def find(location: str | Path) -> list[Snapshot]:
             f"of snapshots are {', '.join('pretrained:' + n for n in with_series) or 'none'}",
         )
     else:
+        require(Path(location).expanduser().exists(), f"ckpt_path={location} does not exist")
         found = folder(location)
         require(
             found is not None,

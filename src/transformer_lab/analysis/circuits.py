@@ -570,21 +570,29 @@ def score_patching(setup: Setup, max_seconds: float | None = 600.0) -> Tensor:
     A model whose estimate exceeds `max_seconds` is refused before it starts (use eap)."""
     g = setup.graph
     chunk = replicas_for(setup.model, setup.inputs, g)
-    units = g.units
-    if max_seconds is not None:
-        started = time.perf_counter()
-        setup.evaluate(torch.zeros(1, units), chunk=1)
-        per_pass = time.perf_counter() - started
-        estimate = per_pass * units
-        require(
-            estimate <= max_seconds,
-            f"method=patching would take about {_duration(estimate)} here ({units} "
-            f"{'edges' if g.level == 'edge' else 'nodes'} x {per_pass:.2f} s per patched pass over "
-            f"{setup.inputs[0].size(0)} examples; the limit is {_duration(max_seconds)}); use method=eap "
-            "(two forward passes and one backward pass) or fewer examples (num_examples=)",
-        )
-    eye = torch.eye(units)
+    require_time(setup, "method=patching", "about", max_seconds)
+    eye = torch.eye(g.units)
     return setup.evaluate(eye, chunk=chunk) - setup.clean_metric
+
+
+def require_time(setup: Setup, what: str, bound: str, max_seconds: float | None) -> None:
+    """Time one patched pass and refuse, before it starts, a method that makes one per unit when that
+    would take more than `max_seconds` (`bound`: "about" for exact patching, "up to" for acdc, which
+    stops testing the inputs of nodes it has pruned)."""
+    if max_seconds is None:
+        return
+    g = setup.graph
+    started = time.perf_counter()
+    setup.evaluate(torch.zeros(1, g.units), chunk=1)
+    per_pass = time.perf_counter() - started
+    estimate = per_pass * g.units
+    require(
+        estimate <= max_seconds,
+        f"{what} would take {bound} {_duration(estimate)} here ({g.units} "
+        f"{'edges' if g.level == 'edge' else 'nodes'} x {per_pass:.2f} s per patched pass over "
+        f"{setup.inputs[0].size(0)} examples; the limit is {_duration(max_seconds)}); use method=eap "
+        "(two forward passes and one backward pass) or fewer examples (num_examples=)",
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -665,14 +673,18 @@ def score_eap_ig(setup: Setup, steps: int = 5) -> Tensor:
     return _attribution(setup, {name: t / steps for name, t in total.items()})
 
 
-def score_acdc(setup: Setup, threshold: float = 0.01) -> tuple[Tensor, Tensor]:
+def score_acdc(
+    setup: Setup, threshold: float = 0.01, max_seconds: float | None = 600.0
+) -> tuple[Tensor, Tensor]:
     """ACDC: greedy pruning from the logits backwards (see the module docstring). Returns the scores (the
-    change of M recorded when each unit was tested; 0 if never tested) and the units kept (bool)."""
+    change of M recorded when each unit was tested; 0 if never tested) and the units kept (bool). A model
+    whose worst case (one patched pass per unit) exceeds `max_seconds` is refused before it starts."""
     require(
         isinstance(threshold, int | float) and 0 < threshold < 1,
         f"threshold={threshold!r} is out of range: it is a share of |M(clean) - M(all patched)|, between 0 "
         "and 1 (default 0.01)",
     )
+    require_time(setup, "method=acdc", "up to", max_seconds)
     g = setup.graph
     tolerance = threshold * abs(setup.clean_metric - setup.ablated_metric)
     mask = torch.zeros(1, g.units)
@@ -856,7 +868,7 @@ def score(
         return score_eap_ig(setup, steps), None
     if method == "patching":
         return score_patching(setup, max_seconds), None
-    return score_acdc(setup, threshold)
+    return score_acdc(setup, threshold, max_seconds)
 
 
 def discover(

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lab.analysis import explain, interventions, lens
+from transformer_lab.errors import require
 from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
 
 if TYPE_CHECKING:
@@ -284,17 +285,22 @@ def over_snapshots(
     from transformer_lab.checkpoint import load
 
     found = snapshots.find(location)
-    final = load(found[-1].path, device=device, data_path=data_path)
+    checkpoints = [load(s.path, device=device, data_path=data_path) for s in found]  # weights: mmapped
+    final = checkpoints[-1]
+    for snapshot, checkpoint in zip(found, checkpoints, strict=True):
+        require(
+            checkpoint.config.architecture() == final.config.architecture()
+            and checkpoint.record == final.record,
+            f"{snapshot.path} is a snapshot of another model than the run's last ({found[-1].path.name}); "
+            "every snapshot of a series must be of one model and task: remove it from the folder",
+        )
     inputs, labels = final.examples(count, exact=False)
     expected = final.task.alignment(inputs, labels)
     own = task_scores(final, count)
     own.prepare(final)
     layers = final.model.attention_layers()
     result = Dynamics([], [], [], layers=[layer.label for layer in layers])
-    for number, snapshot in enumerate(found, 1):
-        checkpoint = (
-            final if snapshot is found[-1] else load(snapshot.path, device=device, data_path=data_path)
-        )
+    for number, (snapshot, checkpoint) in enumerate(zip(found, checkpoints, strict=True), 1):
         model = checkpoint.model
         loss, metric, heads, readings = generic_measures(model, inputs, labels, expected, final.config.pad_id)
         scores, task_heads = own.measure(model)
@@ -310,6 +316,8 @@ def over_snapshots(
             result.scores.setdefault(name, []).append(value)
         if progress is not None:
             progress(f"step {snapshot.step:>8}: loss {loss:.3f}  acc {metric:.3f} ({number}/{len(found)})")
+        if checkpoint is not final:
+            del checkpoint.model  # one snapshot's model in memory at a time (the final one is kept)
     result.notes = own.notes()
     result.events = find_events(result, task_heads=list(task_heads), directions=own.directions)
     return result

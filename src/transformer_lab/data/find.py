@@ -94,4 +94,10 @@ def task_class(name: str, excluded: Sequence[str | Path] = ()) -> type:
         isinstance(cls, type) and issubclass(cls, TaskDataModule),
         f"{name} is not a task: it must name a TaskDataModule subclass",
     )
+    undefined = [p for p in ("vocab", "max_len") if getattr(cls, p) is getattr(TaskDataModule, p)]
+    require(
+        not undefined,
+        f"{name} is not a task: it does not define {' and '.join(undefined)}, which every task states "
+        "(docs/own_task.md); name a task class such as transformer_lab.data.ReverseDataModule",
+    )
     return cls

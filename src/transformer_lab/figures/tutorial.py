@@ -37,30 +37,36 @@ def positional_encoding_curves(model_dim: int = 32, positions: int = 64, dims: i
     return fig
 
 
-def learning_rates(lr: float, warmup: int, max_iters: int) -> list[float]:
-    """The learning rate at each of `max_iters` steps, from the real CosineWarmupScheduler."""
+MAX_POINTS = 10_000  # a line of more points than this draws the same picture, slower
+
+
+def drawn_steps(end: int) -> range:
+    """The steps 0..end-1 that a curve draws: every one, or evenly spaced `MAX_POINTS` of them (a schedule
+    of 10^12 steps is drawn in a moment, as one of 3900)."""
+    return range(end) if end <= MAX_POINTS else range(0, end, -(-end // MAX_POINTS))
+
+
+def learning_rates(lr: float, warmup: int, max_iters: int, steps: range | None = None) -> list[float]:
+    """The learning rate at each of `steps` (default: every one of `max_iters`), lr * f(t) from the real
+    CosineWarmupScheduler."""
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
     scheduler = CosineWarmupScheduler(optimizer, warmup=warmup, max_iters=max_iters)
-    rates = []
-    for _ in range(max_iters):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return rates
+    return [lr * scheduler.get_lr_factor(t) for t in (range(max_iters) if steps is None else steps)]
 
 
 def lr_schedule(lr: float, warmup: int, max_iters: int, title: str = "Learning-rate schedule") -> Figure:
     """Linear warmup for `warmup` steps, then cosine decay to 0 at `max_iters` (CosineWarmupScheduler)."""
-    rates = learning_rates(lr, warmup, max_iters)
     zoom = 0 < warmup < max_iters // 4  # a short warmup is invisible at full scale: add a close-up
     fig = Figure(figsize=(9.6 if zoom else 6.4, 3.4), layout="constrained")
     axes = fig.subplots(1, 2 if zoom else 1, squeeze=False, width_ratios=[2, 1] if zoom else None)[0]
     axes[0].set_title(title, fontsize=10)
     if zoom:
         end = min(max_iters, 3 * warmup)
-        axes[1].plot(range(end), rates[:end], linewidth=1.5)
+        steps = drawn_steps(end)
+        axes[1].plot(steps, learning_rates(lr, warmup, max_iters, steps), linewidth=1.5)
         axes[1].set_title(f"first {end} steps", fontsize=10)
-    axes[0].plot(range(max_iters), rates, linewidth=1.5)
+    steps = drawn_steps(max_iters)
+    axes[0].plot(steps, learning_rates(lr, warmup, max_iters, steps), linewidth=1.5)
     for ax in axes:
         if warmup > 0:
             ax.axvline(warmup, color="grey", linestyle="--", linewidth=1, label=f"end of warmup ({warmup})")

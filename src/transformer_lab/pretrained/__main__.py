@@ -16,7 +16,7 @@ import argparse
 import json
 
 from transformer_lab import pretrained
-from transformer_lab.cli import run
+from transformer_lab.cli import ArgumentParser, run
 
 COLUMNS = ("name", "architecture", "shape", "parameters", "test metrics", "trained by")
 
@@ -56,7 +56,7 @@ def table() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m transformer_lab.pretrained",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
