@@ -106,6 +106,7 @@ from transformer_lab.data.seq2seq import SPECIALS
 from transformer_lab.data.shakespeare import RandomWindowBatches, ShakespeareDataModule
 from transformer_lab.nn import DecoderLM, HookPoint, build_model
 from transformer_lab.training.compose import instantiate, run_config
+from transformer_lab.training.datamodule import LightningTask
 from transformer_lab.training.predictor import TransformerPredictor, build_predictor
 from transformer_lab.training.run import build_trainer, train
 
@@ -486,7 +487,7 @@ def bench_training(mode: Mode, overrides: list[str], workdir: Path) -> tuple[dic
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     progress(f"training: {total_steps} steps per contender on {device} ({precision}), chunks of {mode.chunk}")
-    trainer.fit(model, datamodule=datamodule)
+    trainer.fit(model, datamodule=LightningTask(datamodule))
     if device.type == "cuda":
         peak_mb = torch.cuda.max_memory_allocated(device) / 2**20
     else:  # ru_maxrss is in kilobytes on Linux (bytes on macOS)

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.nn import DecoderLM, EncoderClassifier, ModelConfig, TransformerStack
 from transformer_lab.training.compose import run_config
+from transformer_lab.training.datamodule import LightningTask
 from transformer_lab.training.predictor import TransformerPredictor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,5 +151,5 @@ def fit_with_callback(
         enable_model_summary=False,
         log_every_n_steps=1,
     )
-    trainer.fit(model, datamodule=task)
+    trainer.fit(model, datamodule=LightningTask(task))
     return model

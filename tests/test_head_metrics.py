@@ -67,7 +67,9 @@ def test_a_reverse_run_logs_entropy_and_alignment_per_head_at_every_validation(t
         assert [e.step for e in entropy] == [2, 4] and [e.step for e in alignment] == [2, 4]
         assert all(0 <= e.value <= math.log(6) + 1e-5 for e in entropy)
         assert all(0 <= e.value <= 1 for e in alignment)
-    assert len([tag for tag in scalars if tag.startswith("heads/")]) == 8
+    # entropy and alignment at every validation; the ablation (a pass per head) once, at the end
+    assert len([tag for tag in scalars if tag.startswith("heads/")]) == 12
+    assert [e.step for e in events.Scalars("heads/ablation/L1H1")] == [4]
     (image,) = events.Images("heads/ablation")
     assert image.step == 4 and image.width > 200 and image.height > 80
     pixels = np.asarray(Image.open(io.BytesIO(image.encoded_image_string)).convert("RGB"))

@@ -44,7 +44,11 @@ def test_run_directory_holds_checkpoints_metrics_and_tensorboard(train_config, t
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert last["global_step"] == 16  # the newest state, not the newest best
     assert last["hyper_parameters"]["net"]["vocab"] == ["<pad>", "<bos>", "<eos>", "<sep>", *"0123456789"]
-    assert last["task"] == {"class": "transformer_lab.data.reverse.ReverseDataModule", "separator": " "}
+    assert last["task"] == {
+        "class": "transformer_lab.data.reverse.ReverseDataModule",
+        "separator": " ",
+        "label_rule": "reverse",
+    }
     assert last["callbacks"]["BestCheckpoint"]["best_model_path"] == saved["best_ckpt_path"]
 
     scalars = _scalars(tmp_path)

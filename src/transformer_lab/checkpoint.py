@@ -193,6 +193,11 @@ def check_structure(contents: object, where: str | Path) -> None:
             f"{where}: its task record must name a class and a separator, e.g. "
             '{"class": "transformer_lab.data.ReverseDataModule", "separator": " "}',
         )
+        rule = record.get("label_rule")
+        require(
+            rule is None or (isinstance(rule, str) and rule.isidentifier()),
+            f"{where}: its task record's label_rule={rule!r:.60} must be a rule's name, such as reverse",
+        )
     data = contents.get("datamodule_hyper_parameters") or {}
     bad = [k for k, v in data.items() if not (isinstance(k, str) and _plain(v))]
     require(not bad, f"{where}: the task's hyperparameter {bad[:1]} is not a plain value")
@@ -313,6 +318,15 @@ class Checkpoint:
         """The task's class name without `DataModule`: `Reverse`, `Shakespeare`."""
         record = self.contents.get("task") or {}
         return str(record.get("class", "?")).rsplit(".", 1)[-1].removesuffix("DataModule")
+
+    @property
+    def label_rule(self) -> str | None:
+        """How the explorer page works out the expected output of an input typed into it: the rule the
+        task's record names (`TaskDataModule.label_rule`; a record from before it did: the task's)."""
+        record = self.contents.get("task") or {}
+        if "label_rule" in record:
+            return record["label_rule"]
+        return getattr(self.task, "label_rule", None) if record else None
 
     @cached_property
     def tokenizer(self) -> Tokenizer:

@@ -122,9 +122,11 @@ def write(out_dir: Path, name: str, numbers: dict, figure) -> None:
     print(f"Wrote {name}.png and {name}.json to {out_dir}")
 
 
-def analyse_heads(model, inputs, labels, args, out_dir: Path) -> None:
+def analyse_heads(model, inputs, labels, task, args, out_dir: Path) -> None:
+    """The ablation table (zero or mean), a set of heads removed at once, then every per-head measure of
+    the registry (`analysis.measures`): heads.png (the ablation), measures.png, heads.json (both)."""
     from transformer_lab import figures
-    from transformer_lab.analysis import interventions
+    from transformer_lab.analysis import interventions, measures
 
     method = args.get("method", "zero")
     heads = parse_heads(args["heads"]) if "heads" in args else []
@@ -140,7 +142,45 @@ def analyse_heads(model, inputs, labels, args, out_dir: Path) -> None:
         names = [interventions.head_label(result.layers[layer], head) for layer, head in heads]
         print(f"acc with {', '.join(names)} ablated together: {together:.3f}")
         numbers["set"] = {"heads": [list(pair) for pair in heads], "names": names, "acc": together}
+    measured = measures.Heads(model, inputs, labels, task)
+    if method == "zero":
+        measured.cache["ablation"] = result  # the registry's ablation is this table: computed once
+    chosen = measures.applicable(task)
+    tables = measured.measure(chosen)
+    for line in measures_table(tables, chosen, model):
+        print(line)
+    numbers["measures"] = tables
+    numbers["measure_info"] = {
+        m.name: {"direction": m.direction, "description": m.description} for m in chosen if m.name in tables
+    }
     write(out_dir, "heads", numbers, figures.head_ablation(result))
+    layers = [layer.label for layer in model.attention_layers()]
+    title = f"Per-head measures on {inputs[0].size(0)} example(s)"
+    figures.head_measures(tables, layers, title).savefig(out_dir / "measures.png", dpi=100)
+    print(f"Wrote measures.png to {out_dir}")
+
+
+def measures_table(tables: dict, chosen: list, model) -> list[str]:
+    """The per-head measures as text: what each is (and which way it moves as a head forms), then one row
+    per head, one column per measure."""
+    from transformer_lab.analysis import measures
+
+    shown = [m for m in chosen if m.name in tables]
+    width = max(len(m.name) for m in shown)
+    lines = ["Per-head measures (rise/fall: which way each moves as a head forms):"]
+    lines += [f"  {m.name:<{width}}  {m.direction:<4}  {m.description}" for m in shown]
+    columns = [max(len(m.name), 7) for m in shown]
+    lines.append("head   " + "  ".join(f"{m.name:>{w}}" for m, w in zip(shown, columns, strict=True)))
+    rows: dict[str, list[str]] = {}
+    for m, w in zip(shown, columns, strict=True):
+        values = dict(measures.entries(tables[m.name], model))
+        for layer in model.attention_layers():
+            for head in range(model.config.num_heads):
+                value = values.get(layer.head(head))
+                cell = "-" if value is None else f"{value:.3f}"
+                rows.setdefault(layer.head(head), []).append(f"{cell:>{w}}")
+    lines += [f"{name:<6} " + "  ".join(cells) for name, cells in rows.items()]
+    return lines
 
 
 def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) -> None:
@@ -283,7 +323,7 @@ def interpret(args: dict[str, str]) -> None:
         else:
             inputs, labels = checkpoint.examples(count, exact="num_examples" in args)
         if analysis == "heads":
-            analyse_heads(model, inputs, labels, args, out_dir)
+            analyse_heads(model, inputs, labels, checkpoint.task, args, out_dir)
         elif analysis == "lens":
             analyse_lens(model, inputs, labels, checkpoint.output_names, out_dir)
         else:

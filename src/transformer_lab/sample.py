@@ -61,7 +61,7 @@ def continue_text(checkpoint: Checkpoint, args: dict[str, str]) -> None:
 
     model = checkpoint.model
     require(
-        model.generates and model.num_inputs == 1,
+        model.decoder_only,
         f"{checkpoint.location} (an {model.config.arch.replace('_', '-')} model of {checkpoint.task_name}) "
         'does not continue text; give it source=, an input of its task, e.g. source="3 1 3 9"',
     )

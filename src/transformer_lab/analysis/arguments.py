@@ -30,6 +30,6 @@ def as_inputs(inputs: Tensor | Sequence[Tensor], model: TokenModel | None = None
     if not inputs or not all(isinstance(x, Tensor) for x in inputs):
         raise TypeError("inputs must be a tensor of token ids, or a tuple of them (source, target)")
     if model is not None and len(inputs) != model.num_inputs:
-        what = "source and target" if model.num_inputs == 2 else "one tensor of token ids"
+        what = "source and target" if model.reads_source else "one tensor of token ids"
         raise TypeError(f"this model takes {what} as inputs, got {len(inputs)} tensor(s)")
     return inputs

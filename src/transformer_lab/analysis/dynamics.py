@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
 
-from transformer_lab.analysis import explain, interventions, lens
+from transformer_lab.analysis import interventions, lens, measures
 from transformer_lab.errors import require
-from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
+from transformer_lab.nn import IGNORE_INDEX
 
 if TYPE_CHECKING:
     from transformer_lab.checkpoint import Checkpoint
@@ -123,6 +122,7 @@ class Dynamics:
     events: list[dict] = field(default_factory=list)
     layers: list[str] = field(default_factory=list)  # the attention layers' labels (L0, L1, ...)
     metric_name: str = "acc"
+    own_heads: list[str] = field(default_factory=list)  # the task's own per-head measures (induction, ...)
     notes: list[str] = field(
         default_factory=list
     )  # what the task's scores found (printed, and in the figure)
@@ -160,48 +160,55 @@ class Dynamics:
 
 
 class TaskScores:
-    """What a task adds to the generic measures: nothing (the base class), or its own scores and per-head
-    measures. `prepare` sees the final snapshot first (e.g. to fix the key frequencies). `directions`: the
-    scores whose phase change is not the default (a loss falls, any other score rises)."""
+    """What a task adds to the measures of every model over time: nothing (this base class), or its own
+    scores (`TaskDataModule.task_scores` names them in `TASK_SCORES`). `prepare` sees the final snapshot
+    first (e.g. to fix the key frequencies). `directions`: the scores whose phase change is not the
+    default (a loss falls, any other score rises)."""
 
     directions: dict[str, str] = {}  # noqa: RUF012  (read only)
+
+    def __init__(self, count: int):
+        self.count = count
 
     def prepare(self, final: Checkpoint) -> None:
         pass
 
-    def measure(self, model: TokenModel) -> tuple[dict[str, float], dict[str, list[list[float]]]]:
-        """(scores by name, per-head measures by name) of one snapshot's model."""
-        return {}, {}
+    def measure(self, heads: measures.Heads, tables: dict[str, measures.Table]) -> dict[str, float]:
+        """The scores of one snapshot's model, from what its heads were measured with."""
+        return {}
 
     def notes(self) -> list[str]:
         return []
 
 
+TASK_SCORES: dict[str, type[TaskScores]] = {}
+
+
+def register_task_scores(name: str) -> Callable[[type[TaskScores]], type[TaskScores]]:
+    """Register a `TaskScores` class as the scores a task names (`task_scores = name`)."""
+
+    def add(cls: type[TaskScores]) -> type[TaskScores]:
+        TASK_SCORES[name] = cls
+        return cls
+
+    return add
+
+
+@register_task_scores("induction")
 class InductionTaskScores(TaskScores):
-    """task=induction: per-head induction and previous-token scores (their largest in `scores`), and the
-    in-context loss difference (`analysis.induction`)."""
+    """task=induction: the largest induction and previous-token score of any head, and the in-context
+    loss difference (`analysis.induction`), on the task's sequences with a repeat."""
 
-    def __init__(self, count: int):
-        self.count = count
-        self.data = None
+    def measure(self, heads: measures.Heads, tables: dict[str, measures.Table]) -> dict[str, float]:
+        from transformer_lab.analysis.induction import in_context_loss
 
-    def prepare(self, final: Checkpoint) -> None:
-        from transformer_lab.analysis.induction import task_repeats
-
-        self.data = task_repeats(final.task, self.count, split="test").to(final.device)
-
-    def measure(self, model: TokenModel) -> tuple[dict[str, float], dict[str, list[list[float]]]]:
-        from transformer_lab.analysis.induction import induction_head_scores
-
-        result = induction_head_scores(model, self.data)
-        scores = {
-            "induction": result.best("induction"),
-            "previous_token": result.best("previous_token"),
-            "in_context": result.in_context,
-        }
-        return scores, {"induction": result.induction, "previous_token": result.previous_token}
+        data, logits, _ = measures.repeats(heads)
+        first, repeat = in_context_loss(logits, data)
+        best = {name: max(v for row in tables[name] for v in row) for name in ("induction", "previous_token")}
+        return {**best, "in_context": first - repeat}
 
 
+@register_task_scores("grokking")
 class ModularAdditionTaskScores(TaskScores):
     """task=modular_addition: Nanda et al.'s progress measures over all p^2 pairs (`analysis.grokking`),
     with the key frequencies of the final snapshot's embedding. The excluded loss's phase change is its
@@ -209,7 +216,8 @@ class ModularAdditionTaskScores(TaskScores):
 
     directions = {"excluded_loss": "rise"}  # noqa: RUF012
 
-    def __init__(self) -> None:
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
         self.task = None
         self.frequencies: list[int] = []
 
@@ -219,52 +227,39 @@ class ModularAdditionTaskScores(TaskScores):
         self.task = final.task
         self.frequencies = grokking.key_frequencies(grokking.token_embeddings(final.model, self.task.p))
 
-    def measure(self, model: TokenModel) -> tuple[dict[str, float], dict[str, list[list[float]]]]:
+    def measure(self, heads: measures.Heads, tables: dict[str, measures.Table]) -> dict[str, float]:
         from transformer_lab.analysis import grokking
 
-        logits = grokking.answer_logits(model, self.task)
-        embedding = grokking.token_embeddings(model, self.task.p)
-        return grokking.progress_measures(logits, embedding, self.task, self.frequencies).scores(), {}
+        logits = grokking.answer_logits(heads.model, self.task)
+        embedding = grokking.token_embeddings(heads.model, self.task.p)
+        return grokking.progress_measures(logits, embedding, self.task, self.frequencies).scores()
 
     def notes(self) -> list[str]:
         return [f"key frequencies (final embedding): {', '.join(map(str, self.frequencies))}"]
 
 
 def task_scores(checkpoint: Checkpoint, count: int) -> TaskScores:
-    """The task's own scores, by the task of the checkpoint (its record's class)."""
-    name = checkpoint.task_name
-    if name == "Induction":
-        return InductionTaskScores(count)
-    if name == "ModularAddition":
-        return ModularAdditionTaskScores()
-    return TaskScores()
+    """The scores the checkpoint's task names (`TaskDataModule.task_scores`), or none."""
+    name = getattr(checkpoint.task, "task_scores", None)
+    require(
+        name is None or name in TASK_SCORES,
+        f"the task {checkpoint.task_name} names task_scores={name!r}, which is not registered; the "
+        f"registered ones are {', '.join(TASK_SCORES)} (analysis.dynamics.register_task_scores)",
+    )
+    return TASK_SCORES[name](count) if name else TaskScores(count)
 
 
 def generic_measures(
-    model: TokenModel, inputs: tuple[Tensor, ...], labels: Tensor, expected: Tensor | None, pad_id: int | None
-) -> tuple[float, float, dict[str, list[list[float | None]]], list[float]]:
-    """(loss, accuracy, per-head measures, lens accuracies) of one model on one batch: one forward pass for
-    the loss, accuracy, entropy and alignment; one per head for the ablation table; one for the lens."""
-    layers = model.attention_layers()
-    with evaluating(model), torch.no_grad():
-        logits, cache = model.run_with_cache(*inputs, names_filter=lambda name: name.endswith("hook_pattern"))
-    loss = float(F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX))
-    heads: dict[str, list] = {"entropy": []}
-    if expected is not None:
-        heads["alignment"] = []
-    for layer in layers:
-        pattern = cache[f"{layer.name}.hook_pattern"]
-        queries = inputs[layer.queries]
-        query_mask = None if pad_id is None else queries != pad_id
-        heads["entropy"].append(explain.attention_entropy(pattern, query_mask).tolist())
-        if expected is not None:
-            aligned = layer.reads_source and expected.shape[-1] == pattern.shape[-1]
-            row = explain.alignment_mass(pattern, expected).tolist() if aligned else [None] * pattern.size(1)
-            heads["alignment"].append(row)
+    heads: measures.Heads, chosen: Sequence[measures.Measure]
+) -> tuple[float, float, dict[str, measures.Table], list[float]]:
+    """(loss, accuracy, per-head measures, lens accuracies) of one model on its examples: one forward
+    pass for the loss and accuracy, the registry's measures (`analysis.measures`), one for the lens."""
+    model, inputs, labels, logits = heads.model, heads.inputs, heads.labels, heads.logits
     with torch.no_grad():
-        heads["ablation"] = interventions.ablate_heads(model, inputs, labels).ablated
         readings = lens.lens_accuracy(model, inputs, labels).layers
-    return loss, interventions.accuracy(logits, labels), heads, readings
+    loss = float(F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX))
+    tables = heads.measure(chosen)
+    return loss, interventions.accuracy(logits, labels), tables, readings
 
 
 def lens_names(layers: int) -> list[str]:
@@ -295,19 +290,19 @@ def over_snapshots(
             "every snapshot of a series must be of one model and task: remove it from the folder",
         )
     inputs, labels = final.examples(count, exact=False)
-    expected = final.task.alignment(inputs, labels)
     own = task_scores(final, count)
     own.prepare(final)
+    chosen = measures.applicable(final.task)
     layers = final.model.attention_layers()
     result = Dynamics([], [], [], layers=[layer.label for layer in layers])
     for number, (snapshot, checkpoint) in enumerate(zip(found, checkpoints, strict=True), 1):
-        model = checkpoint.model
-        loss, metric, heads, readings = generic_measures(model, inputs, labels, expected, final.config.pad_id)
-        scores, task_heads = own.measure(model)
+        heads = measures.Heads(checkpoint.model, inputs, labels, final.task)
+        loss, metric, tables, readings = generic_measures(heads, chosen)
+        scores = own.measure(heads, tables)
         result.steps.append(snapshot.step)
         result.loss.append(loss)
         result.metric.append(metric)
-        for name, value in {**heads, **task_heads}.items():
+        for name, value in tables.items():
             result.heads.setdefault(name, []).append(value)
         for name, value in {
             **scores,
@@ -319,7 +314,8 @@ def over_snapshots(
         if checkpoint is not final:
             del checkpoint.model  # one snapshot's model in memory at a time (the final one is kept)
     result.notes = own.notes()
-    result.events = find_events(result, task_heads=list(task_heads), directions=own.directions)
+    result.own_heads = [m.name for m in chosen if m.task and m.name in result.heads]
+    result.events = find_events(result, task_heads=result.own_heads, directions=own.directions)
     return result
 
 

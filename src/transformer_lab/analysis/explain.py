@@ -260,10 +260,6 @@ def source_relevance(model: HookedModule, source: Tensor, target: Tensor) -> Ten
 
 
 # ------------------------------------------------------------------------------ any model
-def _reads_through_cross_attention(model: TokenModel) -> bool:
-    return any(layer.kind == "cross" for layer in model.attention_layers())
-
-
 def rollout(groups: dict[str, list[Tensor]]) -> Tensor:
     """What each output reads of the input by attention alone, [B, T_out, T_in], each row as shares of
     1: attention rollout for a single stack (`groups` from `grouped_maps`), the encoder-decoder
@@ -277,7 +273,7 @@ def relevance(model: TokenModel, *inputs: Tensor) -> Tensor:
     """Gradient-weighted relevance of each input token for each output's predicted class, [B, T_out,
     T_in], each row as shares of 1: for a single stack what the attention layers added (R - I, see
     `attention_added`), for an encoder-decoder the source relevance (`source_relevance`)."""
-    if _reads_through_cross_attention(model):
+    if model.has_cross_attention:
         return row_shares(source_relevance(model, *inputs))
     return attention_added(gradient_attention_all(model, inputs[0]))
 

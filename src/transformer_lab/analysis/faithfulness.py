@@ -58,11 +58,6 @@ class Faithfulness:
         return "\n".join(lines)
 
 
-def _is_language_model(model: TokenModel) -> bool:
-    """Text with no padding, read causally: each sequence is explained at its last prediction."""
-    return model.generates and model.num_inputs == 1 and model.pad_id is None
-
-
 def _deletable(model: TokenModel, inputs: tuple[Tensor, ...]) -> Tensor:
     """Bool [B, S]: the input positions an explanation ranks and the deletion removes (the source)."""
     tokens = inputs[0]
@@ -77,7 +72,7 @@ def _deletable(model: TokenModel, inputs: tuple[Tensor, ...]) -> Tensor:
 def _outputs(model: TokenModel, labels: Tensor) -> Tensor:
     """Bool [B, T]: the outputs explained. A language model: its last labelled prediction only."""
     labelled = labels != IGNORE_INDEX
-    if not _is_language_model(model):
+    if not model.language_model:
         return labelled
     last = labelled.int().cumsum(dim=1).argmax(dim=1)
     return torch.zeros_like(labelled).scatter_(1, last[:, None], True) & labelled
@@ -162,7 +157,7 @@ def relevances(
         if reading == "cross":
             out["gradient"] = explain.source_relevance(model, *inputs)
         else:
-            if _is_language_model(model):  # one output per sequence: one backward pass
+            if model.language_model:  # one output per sequence: one backward pass
                 last = int(_outputs(model, labels).int().argmax(dim=1).max())
                 relevance = explain.gradient_attention(model, inputs[0], last)
             else:
@@ -249,7 +244,7 @@ def alignment_auc(
     inputs = as_inputs(inputs, model)
     with evaluating(model):
         scores = relevances(model, inputs, labels, methods)
-        if "gradient" in methods and _is_language_model(model):  # every output's own row, not the last's
+        if "gradient" in methods and model.language_model:  # every output's own row, not the last's
             relevance = explain.gradient_attention_all(model, inputs[0])
             scores["gradient"] = relevance - torch.eye(relevance.size(-1), device=relevance.device)
     deletable = _deletable(model, inputs)

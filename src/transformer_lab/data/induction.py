@@ -32,6 +32,9 @@ class InductionDataModule(TaskDataModule):
 
     architectures = ("decoder",)
     separator = " "
+    label_rule = "induction"
+    measures = ("induction", "previous_token")
+    task_scores = "induction"
 
     def __init__(
         self,

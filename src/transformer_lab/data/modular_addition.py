@@ -58,6 +58,7 @@ class ModularAdditionDataModule(TaskDataModule):
 
     architectures = ("decoder",)
     separator = " "
+    task_scores = "grokking"
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ class ReverseDataModule(DigitListDataModule):
     ("3 1 4"); splits come from seeds seed, seed + 1, seed + 2, whatever the global RNG state."""
 
     architectures = ("encoder", "decoder", "encoder_decoder")
+    label_rule = "reverse"
 
     def __init__(
         self,

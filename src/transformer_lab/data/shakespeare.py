@@ -128,6 +128,7 @@ class ShakespeareDataModule(TaskDataModule):
 
     architectures = ("decoder",)
     separator = ""  # one token per character
+    label_rule = "next"
     data_files: ClassVar = {"path": "sha256"}  # transformer_lab.checkpoint: what a shared file may read
     shipped_files: ClassVar = {SHAKESPEARE_SHA256: None}  # path=None: the package's own copy
 

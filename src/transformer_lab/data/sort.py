@@ -13,6 +13,7 @@ class SortDataModule(DigitListDataModule):
     uniform digits); the target is the sorted set of its digits."""
 
     architectures = ("encoder_decoder", "decoder")
+    label_rule = "sort_unique"
 
     def __init__(
         self,

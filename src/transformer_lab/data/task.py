@@ -2,11 +2,15 @@
 
 Training, the callbacks and the tools use a task only through this class, so a new task is one module
 (in `data/`, or anywhere on the Python path) and a config or two: see docs/own_task.md.
+
+A task is plain Python and PyTorch: loading a checkpoint's task and running any analysis imports no
+Lightning. Training wraps it in Lightning's datamodule (`transformer_lab.training.datamodule`), which hands
+its batches to the Trainer and the Trainer to it (`task.trainer`, e.g. for a DDP rank).
 """
 
-from typing import ClassVar
+import inspect
+from typing import Any, ClassVar
 
-import lightning as L
 import torch
 from torch import Tensor
 
@@ -17,10 +21,23 @@ from transformer_lab.nn import IGNORE_INDEX
 __all__ = ["IGNORE_INDEX", "TaskDataModule"]
 
 
-class TaskDataModule(L.LightningDataModule):
-    """A LightningDataModule that also states what a model of the task must look like.
+class Hyperparameters(dict):
+    """A task's hyperparameters (its constructor's arguments): a dict whose keys read as attributes too."""
 
-    A subclass builds its splits as any LightningDataModule does (`setup`, `train_dataloader`, ...), with
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class TaskDataModule:
+    """A task's data (the interface of Lightning's datamodule, without Lightning) that also states what a
+    model of the task must look like.
+
+    A subclass calls `self.save_hyperparameters()` in its `__init__` (its arguments are stored in
+    checkpoints, and the tools rebuild the task from them) and builds its splits as a LightningDataModule
+    does (`setup`, `train_dataloader`, ...), with
     batches laid out as `(*model inputs, labels)`: `(tokens, labels)` for the encoder and decoder models.
     Labels equal to `IGNORE_INDEX` are skipped by the loss and the metrics. It states:
 
@@ -51,6 +68,54 @@ class TaskDataModule(L.LightningDataModule):
     # task may only make the tools read a file the user names, a shipped copy, or one whose sha256 matches.
     data_files: ClassVar[dict[str, str | None]] = {}
     shipped_files: ClassVar[dict[str, str | None]] = {}
+    # The rule by which the explorer page works out the expected output of an input a student types (one
+    # its JavaScript knows: next, reverse, sort_unique, induction), or None: the page shows none.
+    label_rule: str | None = None
+    # The task's own measures: per-head ones (names in `transformer_lab.analysis.measures.MEASURES`), and
+    # scores over training (a name in `transformer_lab.analysis.dynamics.TASK_SCORES`), besides those of
+    # every model. Register your own there and name them here.
+    measures: tuple[str, ...] = ()
+    task_scores: str | None = None
+    trainer: Any = None  # the Lightning Trainer while one trains on the task (set by its datamodule)
+
+    def __init__(self) -> None:
+        self.hparams = Hyperparameters()
+
+    def save_hyperparameters(self) -> None:
+        """Keep the arguments this task was constructed with in `hparams` (as Lightning's method of the
+        same name does): those of every `__init__` on the way from the class's own down to the caller,
+        the outermost winning."""
+        frame = inspect.currentframe().f_back
+        found: list[dict] = []
+        while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is self:
+            info = inspect.getargvalues(frame)
+            values = {name: info.locals[name] for name in info.args if name != "self"}
+            values.update(info.locals.get(info.keywords) or {} if info.keywords else {})
+            found.append(values)
+            frame = frame.f_back
+        self.hparams = Hyperparameters()
+        for values in found:  # the innermost __init__ first: an outer one's arguments win
+            self.hparams.update(values)
+
+    def record(self) -> dict:
+        """How the tools find this task again (a checkpoint's `task`): its class, how its text is written
+        and its page's label rule. Its hyperparameters are stored beside it."""
+        cls = type(self)
+        record = {"class": f"{cls.__module__}.{cls.__qualname__}", "separator": self.separator}
+        return record | ({"label_rule": self.label_rule} if self.label_rule else {})
+
+    # ----------------------------------------------------------- what a LightningDataModule has
+    def setup(self, stage: str | None = None) -> None:
+        """Build the splits `stage` needs (`fit`, `validate`, `test`; None: all)."""
+
+    def train_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define train_dataloader")
+
+    def val_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define val_dataloader")
+
+    def test_dataloader(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define test_dataloader")
 
     def check_architecture(self, arch: str) -> None:
         """A one-line error unless `model.arch` can learn this task."""

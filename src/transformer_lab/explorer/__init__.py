@@ -26,8 +26,8 @@ from torch import Tensor
 from transformer_lab.analysis.arguments import as_model
 from transformer_lab.errors import ConfigError
 from transformer_lab.explorer import live as live_module
-from transformer_lab.explorer.collect import ExplorerData, explorer_data
-from transformer_lab.explorer.live import LABEL_RULES, Snapshot, live_payload
+from transformer_lab.explorer.collect import MEASURE_EXAMPLES, ExplorerData, explorer_data, head_measures
+from transformer_lab.explorer.live import Snapshot, live_payload
 from transformer_lab.explorer.page import ExplorerPage, render, write_page
 from transformer_lab.nn import TokenModel
 
@@ -51,7 +51,7 @@ def _task_facts(checkpoint: object) -> dict:
         return facts
     try:
         facts["separator"] = checkpoint.tokenizer.separator
-        facts["label_rule"] = LABEL_RULES.get(checkpoint.task_name)
+        facts["label_rule"] = checkpoint.label_rule
         task = checkpoint.task
         low, high = getattr(task, "min_seq_len", None), getattr(task, "max_source_len", None)
         if isinstance(low, int) and isinstance(high, int):
@@ -60,6 +60,18 @@ def _task_facts(checkpoint: object) -> dict:
     except (ConfigError, OSError, ValueError):  # no task record, or its data cannot be read here
         pass
     return facts
+
+
+def _task_measures(checkpoint: object) -> dict | None:
+    """The per-head measures of a loaded checkpoint's model on its task's first test examples (the page's
+    heads view), or None for a bare model or a task whose data cannot be read here."""
+    if not hasattr(checkpoint, "examples"):
+        return None
+    try:
+        inputs, labels = checkpoint.examples(MEASURE_EXAMPLES, exact=False)
+        return head_measures(checkpoint.model, inputs, labels, checkpoint.task)
+    except (ConfigError, OSError, ValueError):
+        return None
 
 
 def explore(
@@ -92,6 +104,7 @@ def explore(
     facts = _task_facts(model) if live else {}
     net = as_model(model)
     data = explorer_data(net, tokens, labels, ablation=ablation, output_names=names)
+    data.measures = _task_measures(model)
     heading = title or f"Attention explorer: {net.config.arch} model"
     if not live:
         return render(data, heading)

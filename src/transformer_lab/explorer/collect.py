@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from transformer_lab.analysis import explain, interventions
+from transformer_lab.analysis import explain, interventions, measures
 from transformer_lab.analysis.arguments import as_model
 from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
 
@@ -111,6 +111,27 @@ class ExplorerData:
     notes: list[str] = field(default_factory=list)
     inputs: list[list[int]] = field(default_factory=list)  # the model inputs shown (token ids)
     labels: list[int] | None = None  # the expected output per output position (-100: none)
+    measures: dict | None = None  # the per-head measures of the model on its task (`head_measures`)
+
+
+MEASURE_EXAMPLES = 64  # the task's examples the page's per-head measures are taken on
+
+
+def head_measures(model: TokenModel, inputs: tuple[Tensor, ...], labels: Tensor, task: object) -> dict:
+    """Every registered per-head measure (`analysis.measures`) of the model on a batch of its task, as the
+    page's heads view shows them: {"examples": B, "layers": [L0, ...], "items": [{"name", "direction",
+    "description", "values": [layer][head]}]}."""
+    chosen = measures.applicable(task)
+    tables = measures.measure_heads(model, inputs, labels, task, chosen)
+    return {
+        "examples": int(inputs[0].size(0)),
+        "layers": [layer.label for layer in model.attention_layers()],
+        "items": [
+            {"name": m.name, "direction": m.direction, "description": m.description, "values": tables[m.name]}
+            for m in chosen
+            if m.name in tables
+        ],
+    }
 
 
 def _off_diagonal_max(matrix: Tensor) -> float:

@@ -29,9 +29,6 @@ from transformer_lab.nn import TokenModel, evaluating
 # hold on top of its precomputed part (< 5 MB): a 20 MB page opens in a second from disk.
 WEIGHT_BUDGET = 20_000_000
 DTYPES = {"float32": np.float32, "float16": np.float16}
-# The input box's expected output for an edited input, where the task has a rule the page knows:
-# a language model's next token; the seq2seq tasks shipped here; the induction task's repeats.
-LABEL_RULES = {"Shakespeare": "next", "Reverse": "reverse", "Sort": "sort_unique", "Induction": "induction"}
 
 
 @dataclass
@@ -116,6 +113,11 @@ def model_spec(model: TokenModel) -> dict:
         "layers": layers,
         "numInputs": model.num_inputs,
         "generates": bool(model.generates),
+        # what kind of model it is, each said once (TokenModel's predicates): the page reads these
+        "decoderOnly": model.decoder_only,
+        "languageModel": model.language_model,
+        "readsSource": model.reads_source,
+        "crossAttention": model.has_cross_attention,
         "sinusoid": [float(v) for v in div_term.tolist()],
         "vocab": list(model.vocab),
     }
@@ -300,12 +302,12 @@ def live_payload(
         }
     config = model.config
     mode = "tokens"
-    if model.num_inputs == 2 or (
-        model.generates and config.sep_id is not None and config.sep_id in inputs[0][0].tolist()
+    if model.reads_source or (
+        model.decoder_only and config.sep_id is not None and config.sep_id in inputs[0][0].tolist()
     ):
         mode = "source"
     tokens = inputs[0][0].tolist()
-    box = tokens[: tokens.index(config.sep_id)] if mode == "source" and model.num_inputs == 1 else tokens
+    box = tokens[: tokens.index(config.sep_id)] if mode == "source" and model.decoder_only else tokens
     if separator is None:  # as the task would write it: characters, or tokens apart
         vocab = model.vocab
         separator = "" if " " in vocab and all(len(t) == 1 for t in vocab) else " "

@@ -94,6 +94,7 @@ def payload(
             "rows": [asdict(p) for p in data.predictions],
         },
         "ablation": asdict(data.ablation) if data.ablation is not None else None,
+        "measures": data.measures,
         "live": live,
         "live_note": live_note,
     }

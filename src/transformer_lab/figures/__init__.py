@@ -18,7 +18,13 @@ from transformer_lab.figures.attention import (
     token_labels,
     token_map,
 )
-from transformer_lab.figures.interpret import activation_patching, deletion_curves, head_ablation, logit_lens
+from transformer_lab.figures.interpret import (
+    activation_patching,
+    deletion_curves,
+    head_ablation,
+    head_measures,
+    logit_lens,
+)
 from transformer_lab.figures.raster import attention_grid_image, head_ablation_image
 from transformer_lab.figures.tutorial import (
     learning_rates,
@@ -37,6 +43,7 @@ __all__ = [
     "deletion_curves",
     "head_ablation",
     "head_ablation_image",
+    "head_measures",
     "layer_scales",
     "learning_rates",
     "logit_lens",

@@ -17,7 +17,6 @@ from matplotlib.figure import Figure
 if TYPE_CHECKING:
     from transformer_lab.analysis.dynamics import Dynamics
 
-GENERIC_HEADS = ("entropy", "alignment", "ablation")
 HEAD_STYLES = ("-", "--", ":")
 
 
@@ -91,7 +90,7 @@ def dynamics_figure(result: Dynamics, title: str) -> Figure:
     if result.notes:
         middle.set_title("; ".join(result.notes), fontsize=9)
 
-    measures = [name for name in result.heads if name not in GENERIC_HEADS] or ["entropy"]
+    measures = result.own_heads or ["entropy"]
     names = result.head_names()
     colours = [f"C{i}" for i in range(10)]
     for style, measure in zip(HEAD_STYLES, measures, strict=False):

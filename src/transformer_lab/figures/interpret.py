@@ -1,5 +1,6 @@
 """Figures of the interventions: activation patching, the logit lens, deletion curves, head ablation."""
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -11,9 +12,12 @@ from transformer_lab.nn import parse_hook_name
 
 
 def _annotate(ax, values: Tensor, dark: Callable[[float], bool], fmt: str = "{:.2f}") -> None:
-    """Write each cell's value in it: black text, white where `dark(value)` says the cell is dark."""
+    """Write each cell's value in it: black text, white where `dark(value)` says the cell is dark; nothing
+    in a cell without a value (NaN)."""
     for i, row in enumerate(values.tolist()):
         for j, value in enumerate(row):
+            if math.isnan(value):
+                continue
             colour = "white" if dark(value) else "black"
             text = fmt.format(value).replace("-0.00", "0.00")  # no "-0.00" for a tiny negative
             ax.text(j, i, text, ha="center", va="center", fontsize=7, color=colour)
@@ -120,4 +124,25 @@ def head_ablation(result) -> Figure:
         f"{result.metric} with one head {result.method}-ablated (none: {result.baseline:.3f})", fontsize=10
     )
     fig.colorbar(image, ax=ax, shrink=0.8, label=result.metric)
+    return fig
+
+
+def head_measures(tables: dict[str, list[list[float | None]]], layers: list[str], title: str) -> Figure:
+    """Every per-head measure (`analysis.measures`) as a layers x heads heatmap, one panel each, the value
+    in every cell (blank where a measure does not apply to a layer), each on its own colour scale."""
+    fig = Figure(figsize=(3.2 * len(tables) + 1.0, 0.5 * len(layers) + 1.8), layout="constrained")
+    axes = fig.subplots(1, len(tables), squeeze=False)[0]
+    for ax, (name, table) in zip(axes, tables.items(), strict=True):
+        values = torch.tensor([[float("nan") if v is None else v for v in row] for row in table])
+        known = values[~values.isnan()]
+        low, high = (float(known.min()), float(known.max())) if known.numel() else (0.0, 1.0)
+        high = high if high > low else low + 1
+        image = ax.imshow(values, cmap="viridis", vmin=low, vmax=high, aspect="auto")
+        ax.set_xticks(range(values.size(1)), [f"H{h}" for h in range(values.size(1))], fontsize=7)
+        ax.set_yticks(range(values.size(0)), layers, fontsize=7)
+        middle = (low + high) / 2
+        _annotate(ax, values, dark=lambda v, middle=middle: v < middle)
+        ax.set_title(name, fontsize=9)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(title, fontsize=10)
     return fig

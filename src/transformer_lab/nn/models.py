@@ -136,6 +136,29 @@ class TokenModel(HookedModule):
         """The longest sequence the model reads (a decoder's context)."""
         return self.config.max_len
 
+    # ------------------------------------------------------- what kind of model it is: one test each
+    @property
+    def decoder_only(self) -> bool:
+        """One stream read causally, each position predicting the next token (GPT-style); on a
+        sequence-to-sequence task it reads `source <sep>` and writes the target after it."""
+        return self.generates and self.num_inputs == 1
+
+    @property
+    def language_model(self) -> bool:
+        """A decoder-only model of text without padding: every position is text, and it continues any
+        prompt (Shakespeare, the induction task)."""
+        return self.decoder_only and self.pad_id is None
+
+    @property
+    def reads_source(self) -> bool:
+        """Whether the model reads its input as a separate source (an encoder-decoder: source, target)."""
+        return self.num_inputs == 2
+
+    @property
+    def has_cross_attention(self) -> bool:
+        """Whether some layer's queries read another stack's output (the encoder-decoder's decoder)."""
+        return any(layer.kind == "cross" for layer in self.attention_layers())
+
     # ------------------------------------------------------------------ what the model is made of
     def stacks(self) -> dict[str, "TransformerStack"]:
         """Its stacks of blocks by hook-name prefix: `{"": self}`, or `encoder.` and `decoder.`."""

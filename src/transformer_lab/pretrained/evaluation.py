@@ -8,6 +8,7 @@ import lightning as L
 
 from transformer_lab.checkpoint import load
 from transformer_lab.pretrained import PREFIX, is_pretrained, records
+from transformer_lab.training.datamodule import LightningTask
 from transformer_lab.training.predictor import TransformerPredictor
 
 
@@ -40,7 +41,7 @@ def evaluate(
             enable_checkpointing=False,
             limit_test_batches=1.0 if limit_batches is None else limit_batches,
         )
-        results = trainer.test(predictor, datamodule=task, verbose=False)
+        results = trainer.test(predictor, datamodule=LightningTask(task), verbose=False)
     finally:
         quiet.setLevel(level)
     return {key: float(value) for key, value in sorted(results[0].items())}

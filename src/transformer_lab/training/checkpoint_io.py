@@ -4,7 +4,8 @@ shipped model keeps.
 
 A checkpoint (format_version 1) holds Lightning's keys (`state_dict`, `hyper_parameters` with the model's
 config under `net`, the optimizer and loop state, the callbacks' state), plus `format_version`, `task`
-(`{"class": "package.module.Class", "separator": str}`) and the task's hyperparameters
+(`TaskDataModule.record()`: `{"class": "package.module.Class", "separator": str}`, and the page's label
+rule where the task has one) and the task's hyperparameters
 (`datamodule_hyper_parameters`). `transformer_lab.checkpoint` reads it.
 """
 
@@ -31,12 +32,6 @@ SHIPPED_KEYS = (
     "datamodule_hparams_name",
     "pytorch-lightning_version",
 )
-
-
-def task_record(task: Any) -> dict:
-    """How the tools find a task again: its class and how its text is written."""
-    cls = type(task)
-    return {"class": f"{cls.__module__}.{cls.__qualname__}", "separator": task.separator}
 
 
 def shippable(checkpoint: dict) -> dict:

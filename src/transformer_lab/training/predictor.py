@@ -20,8 +20,9 @@ from torchmetrics import MeanMetric
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.nn import IGNORE_INDEX, ModelConfig, build_model
-from transformer_lab.training.checkpoint_io import FORMAT_VERSION, task_record
+from transformer_lab.training.checkpoint_io import FORMAT_VERSION
 from transformer_lab.training.config_checks import check_arguments, check_values
+from transformer_lab.training.datamodule import task_of
 from transformer_lab.training.schedulers import ConstantWarmupScheduler, CosineWarmupScheduler
 
 METRICS = ("acc", "seq_acc", "bpc", "ppl")
@@ -158,7 +159,7 @@ class TransformerPredictor(L.LightningModule):
         """For a model that generates (decoder, encoder-decoder) on a task that says how (a
         Seq2SeqDataModule): the share of whole outputs right when generated greedily from the source,
         not when each token is predicted from the true ones before it (teacher forcing)."""
-        task = self.trainer.datamodule
+        task = task_of(self.trainer)
         result = task.generate(self.net, batch) if hasattr(task, "generate") else None
         if result is None:
             return None
@@ -191,9 +192,9 @@ class TransformerPredictor(L.LightningModule):
         rebuild its data and tokenizer from the checkpoint alone; Lightning stores the task's own
         hyperparameters."""
         checkpoint["format_version"] = FORMAT_VERSION
-        task = self.trainer.datamodule
-        if isinstance(task, TaskDataModule):
-            checkpoint["task"] = task_record(task)
+        task = task_of(self.trainer)
+        if task is not None:
+            checkpoint["task"] = task.record()
 
     def parameter_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
         """The parameters with weight decay (weight matrices; every one with `weight_decay_on=all`) and
@@ -228,7 +229,7 @@ class TransformerPredictor(L.LightningModule):
         if not math.isfinite(max_iters):
             raise ConfigError("cannot infer model.max_iters: set model.max_iters or trainer.max_steps")
         if max_iters <= 0:
-            task = self.trainer.datamodule
+            task = task_of(self.trainer)
             raise ConfigError(
                 "training has no optimisation step to take: "
                 f"data.batch_size={getattr(task, 'batch_size', '?')} is more than the training examples "

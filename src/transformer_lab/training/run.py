@@ -17,10 +17,12 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import Terminated, require
 from transformer_lab.files import write_text
 from transformer_lab.training import console
 from transformer_lab.training.compose import instantiate
+from transformer_lab.training.datamodule import LightningTask
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +155,10 @@ def train(cfg: DictConfig) -> dict:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
 
     task = instantiate(cfg.data)
+    require(
+        isinstance(task, TaskDataModule),
+        f"data._target_={cfg.data.get('_target_')} is not a task (a transformer_lab.data.TaskDataModule)",
+    )
     settings = OmegaConf.to_container(cfg.model, resolve=True)
     model = build_predictor(settings, task)
     threads = use_threads(cfg)
@@ -168,7 +174,7 @@ def train(cfg: DictConfig) -> dict:
     log.info(console.model_summary(model.net))
 
     try:
-        results = fit_and_test(trainer, model, task, ckpt_path, test=cfg.get("test", True))
+        results = fit_and_test(trainer, model, LightningTask(task), ckpt_path, test=cfg.get("test", True))
     except SIGTERMException:  # Lightning saw SIGTERM, ran the callbacks' on_exception (last.ckpt), stopped
         raise Terminated(stopped_by_sigterm(trainer, output_dir)) from None
     metrics = {k: v for k, v in results.items() if "/" in k}

@@ -5,9 +5,9 @@ from torch import Tensor
 
 from transformer_lab import figures
 from transformer_lab.analysis import explain
-from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import require
 from transformer_lab.training.callbacks.tensorboard import logger_when_due
+from transformer_lab.training.datamodule import task_of
 
 GROUP_TITLES = {
     "self": "Attention weights (row = query)",
@@ -42,8 +42,8 @@ class AttentionMapCallback(L.Callback):
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = logger_when_due(trainer, self.every_n_epochs)
-        task = trainer.datamodule
-        if logger is None or not isinstance(task, TaskDataModule):
+        task = task_of(trainer)
+        if logger is None or task is None:
             return
         if self._example is None:
             inputs, _ = task.example(0, split="val")

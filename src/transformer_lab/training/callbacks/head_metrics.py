@@ -1,32 +1,33 @@
-"""Every attention head watched while it learns: entropy and task alignment per head, ablation at the end."""
+"""Every attention head watched while it learns: the per-head measures of `analysis.measures` logged."""
 
 import lightning as L
-import torch
 from torch import Tensor
 
 from transformer_lab import figures
-from transformer_lab.analysis import explain, interventions
+from transformer_lab.analysis import measures
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import require
-from transformer_lab.nn import evaluating
 from transformer_lab.training.callbacks.tensorboard import logger_when_due, tensorboard_logger
+from transformer_lab.training.datamodule import task_of
 
 
 class HeadMetricsCallback(L.Callback):
-    """Watch every attention head while it learns: after each `every_n_epochs`-th validation, log to
-    TensorBoard (Scalars tab, `heads/`), per head (`L0H1`; an encoder-decoder's `E0H1`, `D0H1`, `X0H1`):
+    """Watch every attention head while it learns: after each `every_n_epochs`-th validation, log every
+    measure of the registry (`transformer_lab.analysis.measures`) to TensorBoard (Scalars tab, `heads/`),
+    per head (`L0H1`; an encoder-decoder's `E0H1`, `D0H1`, `X0H1`), e.g.:
 
     * `heads/entropy/<head>`: the mean entropy of its attention rows (`explain.attention_entropy`):
       log(T) while it reads everything evenly, falling as it learns where to look;
     * `heads/alignment/<head>`: where the task says where the information is (`TaskDataModule.alignment`:
       the mirror position for reverse, the positions holding the output digit for sort), the attention
       mass there (`explain.alignment_mass`); the step at which it jumps is when the head forms. For an
-      encoder-decoder it is measured on the cross-attention.
+      encoder-decoder it is measured on the cross-attention;
+    * the task's own measures (`TaskDataModule.measures`: induction and previous-token scores).
 
-    Both come from one forward pass on the first `num_examples` validation examples. At the end of
-    training the head-ablation table of the same examples (`interventions.ablate_heads`) is logged as
-    text and as an image (`heads/ablation`). Does nothing without a TensorBoard logger or a task, on
-    other ranks than 0, and during the sanity check.
+    All on the first `num_examples` validation examples. The measures that take a forward pass per head
+    (`costly`: the accuracy with each head ablated) are logged once, at the end of training, with the
+    head-ablation table as text and as an image (`heads/ablation`). Does nothing without a TensorBoard
+    logger or a task, on other ranks than 0, and during the sanity check.
     """
 
     def __init__(self, every_n_epochs: int = 1, num_examples: int = 32, ablation: bool = True):
@@ -41,56 +42,39 @@ class HeadMetricsCallback(L.Callback):
         self.every_n_epochs = every_n_epochs
         self.num_examples = num_examples
         self.ablation = ablation
-        self._batch: tuple[tuple[Tensor, ...], Tensor, Tensor | None] | None = None
+        self._batch: tuple[tuple[Tensor, ...], Tensor] | None = None
 
-    def _examples(
-        self, task: TaskDataModule, device: torch.device
-    ) -> tuple[tuple[Tensor, ...], Tensor, Tensor | None]:
-        """The fixed examples (inputs, labels) and their alignment, taken once, on `device`."""
+    def _heads(self, task: TaskDataModule, pl_module: L.LightningModule) -> measures.Heads:
+        """The model's heads on the fixed examples (taken once), on its device."""
         if self._batch is None:
-            inputs, labels = task.examples(self.num_examples, split="val", exact=False)
-            self._batch = (inputs, labels, task.alignment(inputs, labels))
-        inputs, labels, expected = self._batch
-        moved = tuple(x.to(device) for x in inputs)
-        return moved, labels.to(device), None if expected is None else expected.to(device)
+            self._batch = task.examples(self.num_examples, split="val", exact=False)
+        inputs, labels = self._batch
+        device = pl_module.device
+        return measures.Heads(pl_module.net, tuple(x.to(device) for x in inputs), labels.to(device), task)
+
+    @staticmethod
+    def _log(logger: object, heads: measures.Heads, chosen: list[measures.Measure], step: int) -> None:
+        for name, table in heads.measure(chosen).items():
+            for head, value in measures.entries(table, heads.model):
+                logger.experiment.add_scalar(f"heads/{name}/{head}", value, global_step=step)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = logger_when_due(trainer, self.every_n_epochs)
-        task = trainer.datamodule
-        if logger is None or not isinstance(task, TaskDataModule):
+        task = task_of(trainer)
+        if logger is None or task is None:
             return
-        inputs, _, expected = self._examples(task, pl_module.device)
-        net = pl_module.net
-        with evaluating(net):
-            _, patterns = net.run_with_cache(*inputs, names_filter=lambda name: name.endswith("hook_pattern"))
-        values = {}
-        for layer in net.attention_layers():
-            pattern = patterns[f"{layer.name}.hook_pattern"]
-            queries = inputs[layer.queries]
-            query_mask = None if task.pad_id is None else queries != task.pad_id
-            scalars = {"entropy": explain.attention_entropy(pattern, query_mask)}
-            if expected is not None and layer.reads_source:
-                scalars["alignment"] = explain.alignment_mass(pattern, expected)
-            for kind, per_head in scalars.items():
-                for head, value in enumerate(per_head):
-                    values[f"heads/{kind}/{layer.head(head)}"] = value
-        for tag, value in zip(
-            values, torch.stack(list(values.values())).tolist(), strict=True
-        ):  # one host read
-            logger.experiment.add_scalar(tag, value, global_step=trainer.global_step)
+        cheap = [m for m in measures.applicable(task) if not m.costly]
+        self._log(logger, self._heads(task, pl_module), cheap, trainer.global_step)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = tensorboard_logger(trainer)
-        task = trainer.datamodule
-        if (
-            not self.ablation
-            or logger is None
-            or not trainer.is_global_zero
-            or not isinstance(task, TaskDataModule)
-        ):
+        task = task_of(trainer)
+        if not self.ablation or logger is None or not trainer.is_global_zero or task is None:
             return
-        inputs, labels, _ = self._examples(task, pl_module.device)
-        result = interventions.ablate_heads(pl_module.net, inputs, labels)
+        heads = self._heads(task, pl_module)
+        costly = [m for m in measures.applicable(task) if m.costly]
+        self._log(logger, heads, costly, trainer.global_step)
+        result = heads.ablation()
         important = ", ".join(result.important()) or "none"
         text = f"{result.table()}\nheads whose removal costs more than 0.1 of the accuracy: {important}"
         logger.experiment.add_text(

@@ -181,7 +181,7 @@ def weights_checkpoint(trainer: L.Trainer) -> dict:
     """The weights-only part of the checkpoint Lightning would write now, through public API: the module's
     weights and hyperparameters, the task's hyperparameters, and what the module's `on_save_checkpoint`
     adds (the file format and the task's record)."""
-    module, task = trainer.lightning_module, trainer.datamodule
+    module, task = trainer.lightning_module, getattr(trainer, "datamodule", None)
     contents = {
         "state_dict": module.state_dict(),
         "hyper_parameters": dict(module.hparams),

@@ -6,6 +6,7 @@ import torch
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import require
 from transformer_lab.training.callbacks.tensorboard import logger_when_due
+from transformer_lab.training.datamodule import task_of
 
 
 class TextSampleCallback(L.Callback):
@@ -44,8 +45,8 @@ class TextSampleCallback(L.Callback):
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         logger = logger_when_due(trainer, self.every_n_epochs)
-        task, net = trainer.datamodule, pl_module.net
-        if logger is None or not isinstance(task, TaskDataModule) or not net.generates:
+        task, net = task_of(trainer), pl_module.net
+        if logger is None or task is None or not net.generates:
             return
         if hasattr(task, "generate"):
             text = self._translations(task, net, pl_module.device)
