@@ -8,8 +8,8 @@
 For each model: `python -m transformer_lab.train <its overrides> trainer.accelerator=cpu` (train.py, in a
 subprocess, in a temporary run directory or under --log-dir), then its best.ckpt is stripped to the
 weights, hyperparameters and task record, its test metrics are measured on the stripped file with
-`transformer_lab.pretrained.evaluate` (the same function the tests use) and compared with what train.py
-printed, and the file and its record in models.json are replaced atomically. A model's overrides,
+`transformer_lab.pretrained.evaluation.evaluate` (the same function the tests use) and compared with what
+train.py printed, and the file and its record in models.json are replaced atomically. A model's overrides,
 description and headline metrics are read from models.json: to add a model, add its entry there and run
 this script with its name.
 """
@@ -132,7 +132,7 @@ def package(name: str, run_dir: Path) -> None:
     import lightning
     import torch
 
-    from transformer_lab.checkpoints import load_model
+    from transformer_lab.checkpoint import load_model
     from transformer_lab.training.checkpoint_io import shippable
 
     run_metrics = run_files.metrics(run_dir)
@@ -217,10 +217,12 @@ def ship_snapshots(name: str, run_dir: Path, entry: dict) -> Path:
 def measure(file: Path) -> dict:
     """The test metrics of a checkpoint file on its whole test split, and on the first batches the tests
     re-measure (`check_metrics`)."""
+    from transformer_lab.pretrained.evaluation import evaluate
+
     return {
-        "test_metrics": pretrained.evaluate(str(file)),
+        "test_metrics": evaluate(str(file)),
         "check_batches": pretrained.CHECK_BATCHES,
-        "check_metrics": pretrained.evaluate(str(file), limit_batches=pretrained.CHECK_BATCHES),
+        "check_metrics": evaluate(str(file), limit_batches=pretrained.CHECK_BATCHES),
     }
 
 

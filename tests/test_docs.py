@@ -60,7 +60,8 @@ def test_the_docs_task_is_the_task_the_tests_train(path):
 
 
 def test_the_docs_analysis_example_is_docs_interpret_example():
-    block = _code_lines(_python_block("interpret.md", "from transformer_lab import faithfulness"))
+    start = "import transformer_lab\nfrom transformer_lab.analysis"
+    block = _code_lines(_python_block("interpret.md", start))
     script = _code_lines((ROOT / "docs" / "interpret_example.py").read_text())
     assert _in_order(block, script)
     out = _run("interpret_example.py")

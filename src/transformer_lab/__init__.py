@@ -8,7 +8,7 @@
 The package, by what each part does (one direction of imports, from the bottom up):
     nn/          the models in pure PyTorch; imports nothing else of the package
     data/        the tasks: datasets, datamodules, the tokenizer
-    training/    the LightningModule, callbacks, schedulers, checkpoint writing, the train entry's pieces
+    training/    the LightningModule, callbacks, checkpoint writing, the train entry's pieces
     checkpoint   a checkpoint file, checked, with its model, task and examples
     analysis/    explanations, interventions, lens, faithfulness (no Lightning, no matplotlib)
     figures/     every matplotlib figure
@@ -22,19 +22,26 @@ do not pay for Lightning.
 
 import importlib
 
+from transformer_lab import deprecated
+
+deprecated.install()  # the module names of earlier versions (deprecated.MOVED), with a warning on use
 _NAMES = {
     "Checkpoint": "transformer_lab.checkpoint",
     "ConfigError": "transformer_lab.errors",
-    "CosineWarmupScheduler": "transformer_lab.training.schedulers",
+    "CosineWarmupScheduler": "transformer_lab.nn.schedules",
     "TransformerPredictor": "transformer_lab.training.predictor",
     "load": "transformer_lab.checkpoint",
-    "load_model": "transformer_lab.checkpoints",
+    "load_model": "transformer_lab.checkpoint",
 }
 
 __all__ = sorted(_NAMES)
 
 
 def __getattr__(name: str) -> object:
+    if name in deprecated.MOVED:  # `transformer_lab.callbacks` as an attribute (Hydra's _target_ lookup)
+        import sys
+
+        return sys.modules[f"transformer_lab.{name}"]
     if name not in _NAMES:
         raise AttributeError(f"module 'transformer_lab' has no attribute {name!r}")
     return getattr(importlib.import_module(_NAMES[name]), name)

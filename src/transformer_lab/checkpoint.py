@@ -68,6 +68,12 @@ def load(
     return Checkpoint(read(file, location), location, file, device, data_path)
 
 
+def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> TokenModel:
+    """The plain `nn.Module` of a checkpoint (EncoderClassifier, DecoderLM, ...), in eval mode, read with
+    `weights_only=True` (`load(path).model`). A bad file is a one-line ConfigError."""
+    return load(path, device=map_location).model
+
+
 def resolve(location: str | Path) -> Path:
     """The checkpoint file a location names; a one-line ConfigError for anything that is not one."""
     if pretrained.is_pretrained(location):

@@ -11,16 +11,16 @@ head_mean_first.png, head_mean_last.png, rollout.png and gradient_attention.png 
 encoder_attention.png, decoder_attention.png, cross_attention.png, rollout.png, gradient_attention.png),
 and prints, for every output position, the input position it relies on most.
 
-As a library module (`from transformer_lab.explain import attention_maps`) this name still gives the
-functions of `transformer_lab.analysis.explain`, where they live.
+Its library names of earlier versions (`from transformer_lab.explain import attention_maps`) still give
+those of `transformer_lab.analysis.explain`, where they live, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from transformer_lab.cli import output_dir, parse_key_values, pick_device, run
+from transformer_lab.deprecated import forward
 from transformer_lab.errors import require
 
 if TYPE_CHECKING:  # torch, matplotlib and the model load after the arguments are parsed (fast --help)
@@ -43,11 +43,9 @@ GRID_TITLES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    """The library functions of transformer_lab.analysis.explain, under their old module name."""
-    if name.startswith("__"):  # the import system asks for __path__ etc.: no reason to load torch
-        raise AttributeError(name)
-    return getattr(importlib.import_module("transformer_lab.analysis.explain"), name)
+__getattr__ = forward(
+    __name__, "transformer_lab.analysis.explain"
+)  # its library names of earlier versions (deprecated)
 
 
 def parse_args(argv: list[str] | None) -> dict[str, str]:

@@ -10,19 +10,19 @@ curves of the first `dims` dimensions). lr_schedule composes the training config
 CosineWarmupScheduler: lr_schedule.png, or lr_schedule_<overrides>.png for a config with overrides (so
 figures of two configs sit side by side).
 
-As a library module (`from transformer_lab.plots import attention_grid`) this name still gives the
-figures of `transformer_lab.figures`, where they live.
+Its library names of earlier versions (`from transformer_lab.plots import attention_grid`) still give
+the figures of `transformer_lab.figures`, where they live, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transformer_lab.cli import ArgumentParser, run
+from transformer_lab.deprecated import forward
 from transformer_lab.errors import require
 
 if TYPE_CHECKING:  # Hydra, torch and matplotlib load after the arguments are parsed (fast --help)
@@ -32,11 +32,9 @@ PE_KEYS = {"model_dim": 32, "positions": 64, "dims": 4}
 MAX_CURVES = 64  # dims=: one panel each
 
 
-def __getattr__(name: str) -> object:
-    """The figures of transformer_lab.figures, under their old module name."""
-    if name.startswith("__"):  # the import system asks for __path__ etc.: no reason to load torch
-        raise AttributeError(name)
-    return getattr(importlib.import_module("transformer_lab.figures"), name)
+__getattr__ = forward(
+    __name__, "transformer_lab.figures"
+)  # its library names of earlier versions (deprecated)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

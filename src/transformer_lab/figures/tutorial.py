@@ -4,7 +4,7 @@ import torch
 from matplotlib.figure import Figure
 
 from transformer_lab.nn import PositionalEncoding
-from transformer_lab.training.schedulers import CosineWarmupScheduler
+from transformer_lab.nn.schedules import CosineWarmupScheduler
 
 
 def positional_encoding_heatmap(model_dim: int = 32, positions: int = 64) -> Figure:

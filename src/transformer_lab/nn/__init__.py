@@ -8,6 +8,7 @@ config.py      ModelConfig: every architecture setting, checked once
 models.py      EncoderClassifier, DecoderLM, EncoderDecoder: token ids in, logits out; what they share
                (TokenModel: attention layers and their kind, batch layout, greedy answers)
 sampling.py    greedy / temperature / top-k / top-p choice of the next token
+schedules.py   learning-rate schedules: linear warmup, then cosine decay or a constant rate
 """
 
 from transformer_lab.nn.attention import (

@@ -7,18 +7,19 @@
 
 This module is the registry: `models.json` is the record, for each name its file, its sha256 (checked
 whenever the file is read), what it is, the train.py overrides that trained it and the test metrics the
-shipped file reaches (measured by `evaluate`, in `evaluation.py`: the LightningModule's own test_step). A
+shipped file reaches (measured by `evaluation.evaluate`: the LightningModule's own test_step). A
 shipped file holds only tensors and plain values (the `net.` weights, the hyperparameters, the task's
 record), and no optimizer state: it is for using and taking apart, not for resuming training.
 
-The registry imports nothing but the standard library (and errors.py), so the list prints at once.
+The registry imports nothing but the standard library (and errors.py), so the list prints at once, and
+nothing of the code that evaluates or builds the models (evaluation.py, answer_keys.py import it).
 """
 
 import hashlib
-import importlib
 import json
 from pathlib import Path
 
+from transformer_lab import deprecated
 from transformer_lab.errors import require
 
 PREFIX = "pretrained:"
@@ -131,8 +132,5 @@ def headline(name: str) -> str:
     return "  ".join(shown) or "(not measured)"
 
 
-def __getattr__(name: str) -> object:
-    """`evaluate`, from evaluation.py (which imports Lightning) when it is first used."""
-    if name == "evaluate":
-        return importlib.import_module("transformer_lab.pretrained.evaluation").evaluate
-    raise AttributeError(f"module 'transformer_lab.pretrained' has no attribute {name!r}")
+# `pretrained.evaluate` of earlier versions, with a DeprecationWarning: it lives in evaluation.py
+__getattr__ = deprecated.forward(__name__, "transformer_lab.pretrained.evaluation")

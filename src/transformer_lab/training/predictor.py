@@ -20,10 +20,10 @@ from torchmetrics import MeanMetric
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.nn import IGNORE_INDEX, ModelConfig, build_model
+from transformer_lab.nn.schedules import ConstantWarmupScheduler, CosineWarmupScheduler
 from transformer_lab.training.checkpoint_io import FORMAT_VERSION
 from transformer_lab.training.config_checks import check_arguments, check_values
 from transformer_lab.training.datamodule import task_of
-from transformer_lab.training.schedulers import ConstantWarmupScheduler, CosineWarmupScheduler
 
 METRICS = ("acc", "seq_acc", "bpc", "ppl")
 SCHEDULES = ("cosine", "constant")  # CosineWarmupScheduler, ConstantWarmupScheduler

@@ -1,4 +1,5 @@
-"""Learning-rate schedules."""
+"""Learning-rate schedules, stepped once per optimisation step (torch's LRScheduler: usable in any training
+loop, Lightning's or your own; the figures draw them, `transformer_lab.figures.lr_schedule`)."""
 
 import math
 

@@ -1,0 +1,110 @@
+"""The names of earlier versions, in one place: they keep working for a while, each use with a
+DeprecationWarning that names its new home (as TransformerLens retires its names).
+
+    transformer_lab.callbacks      -> transformer_lab.training.callbacks
+    transformer_lab.interventions  -> transformer_lab.analysis.interventions
+    transformer_lab.lens           -> transformer_lab.analysis.lens
+    transformer_lab.faithfulness   -> transformer_lab.analysis.faithfulness
+    transformer_lab.checkpoints    -> transformer_lab.load (read_checkpoint, task_from_checkpoint, ...)
+    transformer_lab.training.schedulers -> transformer_lab.nn.schedules
+    transformer_lab.explain.<fn>   -> transformer_lab.analysis.explain.<fn>  (the tool keeps its name)
+    transformer_lab.plots.<fn>     -> transformer_lab.figures.<fn>           (the tool keeps its name)
+
+`install()` (run by `transformer_lab/__init__.py`) puts a light module in `sys.modules` for each moved
+module: nothing is imported until one of its names is used.
+"""
+
+import importlib
+import sys
+import types
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+MOVED = {
+    "callbacks": "transformer_lab.training.callbacks",
+    "interventions": "transformer_lab.analysis.interventions",
+    "lens": "transformer_lab.analysis.lens",
+    "faithfulness": "transformer_lab.analysis.faithfulness",
+    "checkpoints": "transformer_lab.deprecated",  # its functions are here, below
+    "training.schedulers": "transformer_lab.nn.schedules",
+}
+
+
+def warn(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+
+
+INSTEAD = {  # what to use instead of the functions of transformer_lab.checkpoints
+    "read_checkpoint": "transformer_lab.load(path).contents",
+    "model_from_checkpoint": "transformer_lab.load(path).model",
+    "tokenizer_from_checkpoint": "transformer_lab.load(path).tokenizer",
+    "task_from_checkpoint": "transformer_lab.load(path).task",
+    "load_model": "transformer_lab.load_model(path)",
+}
+
+
+def forward(old: str, new: str) -> Callable[[str], object]:
+    """A module `__getattr__` that gives `new`'s names under the module name `old`, with a warning."""
+
+    def __getattr__(name: str) -> object:
+        if name.startswith("__"):  # the import system asks for __path__ etc.: nothing to load
+            raise AttributeError(name)
+        warn(f"{old}.{name}", INSTEAD.get(name, f"{new}.{name}") if new == __name__ else f"{new}.{name}")
+        return getattr(importlib.import_module(new), name)
+
+    return __getattr__
+
+
+class MovedModule(types.ModuleType):
+    """A module name of an earlier version: each name read from it comes from its new home."""
+
+    def __init__(self, old: str, new: str):
+        super().__init__(old, f"Deprecated: use {new}.")
+        self.__getattr__ = forward(old, new)
+
+    def __getattr__(self, name: str) -> object:  # the instance's forward (set in __init__)
+        return self.__dict__["__getattr__"](name)
+
+
+def install() -> None:
+    """Register every moved module name (`MOVED`) in `sys.modules`, once."""
+    for old, new in MOVED.items():
+        sys.modules.setdefault(f"transformer_lab.{old}", MovedModule(f"transformer_lab.{old}", new))
+
+
+# ------------------------------------------- transformer_lab.checkpoints: functions of a file's contents
+def read_checkpoint(path: str | Path) -> dict:
+    """A checkpoint's contents, checked: `transformer_lab.load(path).contents`."""
+    from transformer_lab.checkpoint import read, resolve
+
+    return read(resolve(path), path)
+
+
+def model_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint", map_location: str = "cpu"):
+    """The model of a checkpoint's contents: `transformer_lab.load(path).model`."""
+    from transformer_lab.checkpoint import Checkpoint
+
+    return Checkpoint(checkpoint, path, device=map_location).model
+
+
+def tokenizer_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
+    """Text <-> ids of a checkpoint's contents: `transformer_lab.load(path).tokenizer`."""
+    from transformer_lab.checkpoint import Checkpoint
+
+    return Checkpoint(checkpoint, path).tokenizer
+
+
+def task_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
+    """The task of a checkpoint's contents: `transformer_lab.load(path).task`."""
+    from transformer_lab.checkpoint import Checkpoint
+
+    file = None if str(path).startswith("pretrained:") else Path(path)
+    return Checkpoint(checkpoint, path, file=file).task
+
+
+def load_model(path: str | Path, map_location: str = "cpu"):
+    """`transformer_lab.load_model` (its home: `transformer_lab.checkpoint`)."""
+    from transformer_lab.checkpoint import load_model as load
+
+    return load(path, map_location)
