@@ -48,6 +48,7 @@ from transformer_lab import pretrained
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.limits import require_memory, size_text
 from transformer_lab.nn import ModelConfig, TokenModel, build_model
+from transformer_lab.nn.config import UnknownSetting
 
 if TYPE_CHECKING:
     from transformer_lab.data.task import TaskDataModule
@@ -220,8 +221,8 @@ def _plain(value: object, depth: int = 0) -> bool:
 def model_config(net: dict, where: str | Path) -> ModelConfig:
     """The model's config, every key known and every value in bounds."""
     try:
-        return ModelConfig(**net)
-    except TypeError as exc:
+        return ModelConfig.from_dict(net)
+    except UnknownSetting as exc:
         raise ConfigError(
             f"{where}: its model config has a key this version does not know ({exc}); {RETRAIN}"
         ) from None

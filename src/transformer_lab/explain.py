@@ -35,12 +35,6 @@ KEYS = {
     "device": "auto | cpu | cuda | mps (default auto)",
 }
 GRID_FILES = {"self": "attention_grid", "encoder": "encoder_attention", "decoder": "decoder_attention"}
-GRID_TITLES = {
-    "self": "Attention weights (row = query)",
-    "encoder": "Encoder self-attention",
-    "decoder": "Decoder self-attention (causal; row = target position)",
-    "cross": "Cross-attention (row = target, column = source)",
-}
 
 
 __getattr__ = forward(
@@ -93,7 +87,7 @@ def explain_checkpoint(args: dict[str, str]) -> None:
     from transformer_lab import figures
     from transformer_lab.analysis import explain
     from transformer_lab.checkpoint import load
-    from transformer_lab.nn import IGNORE_INDEX, evaluating
+    from transformer_lab.nn import GROUP_TITLES, IGNORE_INDEX, evaluating
 
     checkpoint = load(
         args["ckpt_path"], device=pick_device(args.get("device", "auto")), data_path=args.get("data_path")
@@ -122,7 +116,7 @@ def explain_checkpoint(args: dict[str, str]) -> None:
         figures_by_file[GRID_FILES.get(group, f"{group}_attention")] = figures.attention_grid(
             maps,
             tokens[layer.keys],
-            title=GRID_TITLES[group],
+            title=GROUP_TITLES[group] + figures.GRID_NOTES.get(group, ""),
             row_tokens=tokens[layer.queries],
             labels=labels_of_layers,
         )

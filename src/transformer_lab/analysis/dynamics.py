@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from transformer_lab.analysis import interventions, lens, measures
 from transformer_lab.errors import require
-from transformer_lab.nn import IGNORE_INDEX
+from transformer_lab.nn import IGNORE_INDEX, head_name
 
 if TYPE_CHECKING:
     from transformer_lab.checkpoint import Checkpoint
@@ -154,7 +154,7 @@ class Dynamics:
         """[[`L0H0`, `L0H1`, ...] per layer]."""
         any_measure = next(iter(self.heads.values()))
         return [
-            [f"{label}H{h}" for h in range(len(row))]
+            [head_name(label, h) for h in range(len(row))]
             for label, row in zip(self.layers, any_measure[0], strict=True)
         ]
 
@@ -344,5 +344,5 @@ def find_events(
             for head in range(len(series[0][layer])):
                 values = [snapshot[layer][head] for snapshot in series]
                 if max(values) >= formed:
-                    found.append(event(f"{label}H{head} {measure} score", steps, values, "rise"))
+                    found.append(event(f"{head_name(label, head)} {measure} score", steps, values, "rise"))
     return sorted((e for e in found if e is not None), key=lambda e: e["step"])

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer_lab.nn import TokenModel, evaluating
+from transformer_lab.nn import TokenModel, evaluating, head_name
 
 
 @dataclass
@@ -121,7 +121,7 @@ class InductionScores:
         layer, head = max(
             ((i, h) for i, row in enumerate(rows) for h in range(len(row))), key=lambda ih: rows[ih[0]][ih[1]]
         )
-        return f"{self.layers[layer]}H{head}"
+        return head_name(self.layers[layer], head)
 
 
 def induction_head_scores(model: TokenModel, data: Repeats) -> InductionScores:

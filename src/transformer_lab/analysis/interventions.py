@@ -29,7 +29,15 @@ import torch
 from torch import Tensor
 
 from transformer_lab.analysis.arguments import as_inputs, as_model
-from transformer_lab.nn import IGNORE_INDEX, HookedModule, HookPoint, TokenModel, evaluating, parse_hook_name
+from transformer_lab.nn import (
+    IGNORE_INDEX,
+    HookedModule,
+    HookPoint,
+    TokenModel,
+    evaluating,
+    head_name,
+    parse_hook_name,
+)
 
 ABLATIONS = ("zero", "mean")
 LABEL_LETTERS = {"encoder": "E", "decoder": "D"}
@@ -46,7 +54,7 @@ def head_label(layer: str, head: int) -> str:
     encoder-decoder's encoder, decoder self-attention and cross-attention."""
     name = parse_hook_name(layer)
     letter = "X" if name.module == "cross_attn" else LABEL_LETTERS.get(name.stack, "L")
-    return f"{letter}{name.block}H{head}"
+    return head_name(f"{letter}{name.block}", head)
 
 
 def accuracy(logits: Tensor, labels: Tensor) -> float:

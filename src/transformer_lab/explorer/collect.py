@@ -24,20 +24,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from transformer_lab import nn
 from transformer_lab.analysis import explain, interventions, measures
 from transformer_lab.analysis.arguments import as_model
 from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
 
 TOP_K = 3
-GROUP_TEXT = {  # title, what a row (query) is, what a column (key) is
-    "self": ("Self-attention", "query: the token that reads", "key: the token it reads"),
-    "encoder": ("Encoder self-attention", "query: source token that reads", "key: source token it reads"),
-    "decoder": (
-        "Decoder self-attention (causal)",
-        "query: output position that reads",
-        "key: an earlier output token",
-    ),
-    "cross": ("Cross-attention", "query: output position (decoder)", "key: source token (encoder output)"),
+GROUP_TITLES = {**nn.GROUP_TITLES, "self": "Self-attention"}  # the page's headings: a single stack's
+GROUP_AXES = {  # what a row (query) and a column (key) is
+    "self": ("query: the token that reads", "key: the token it reads"),
+    "encoder": ("query: source token that reads", "key: source token it reads"),
+    "decoder": ("query: output position that reads", "key: an earlier output token"),
+    "cross": ("query: output position (decoder)", "key: source token (encoder output)"),
 }
 ARCHITECTURES = {
     "encoder": "encoder",
@@ -254,11 +252,10 @@ def explorer_data(
     kinds = [
         AttentionKind(
             group,
-            GROUP_TEXT[group][0]
-            + (" (causal)" if layers[group].kind == "causal" and group == "self" else ""),
+            GROUP_TITLES[group] + (" (causal)" if layers[group].kind == "causal" else ""),
             tokens[layers[group].queries],
             tokens[layers[group].keys],
-            *GROUP_TEXT[group][1:],
+            *GROUP_AXES[group],
             torch.cat(maps).float().cpu().numpy(),
         )
         for group, maps in groups.items()

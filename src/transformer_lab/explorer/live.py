@@ -15,7 +15,6 @@ rounded weights (`rounded_model`).
 
 import base64
 import copy
-import math
 import zlib
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ import torch
 from torch import Tensor
 
 from transformer_lab.nn import TokenModel, evaluating
+from transformer_lab.nn.positional import sinusoid_frequencies
 
 # Characters of weights (base64 of the deflated buffer, every snapshot and the means included) a page may
 # hold on top of its precomputed part (< 5 MB): a 20 MB page opens in a second from disk.
@@ -94,9 +94,7 @@ def model_spec(model: TokenModel) -> dict:
                 "module": module,
             }
         )
-    d = config.model_dim
-    # the sinusoidal encoding's frequencies exactly as nn.PositionalEncoding computes them in float32
-    div_term = torch.exp(torch.arange(0, d, 2, dtype=torch.float) * (-math.log(10000.0) / d))
+    div_term = sinusoid_frequencies(config.model_dim)  # exactly as nn.PositionalEncoding's, in float32
     return {
         "config": config.to_dict()
         | {"feedforward_dim": config.feedforward_dim, "output_classes": config.output_classes},

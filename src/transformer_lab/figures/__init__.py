@@ -8,6 +8,7 @@ circuits.py    a circuit as a layered graph, with its faithfulness curve
 """
 
 from transformer_lab.figures.attention import (
+    GRID_NOTES,
     MAX_TICKS,
     SHOWN_AS,
     attention_grid,
@@ -34,6 +35,7 @@ from transformer_lab.figures.tutorial import (
 )
 
 __all__ = [
+    "GRID_NOTES",
     "MAX_TICKS",
     "SHOWN_AS",
     "activation_patching",

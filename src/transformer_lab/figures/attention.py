@@ -11,8 +11,16 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from transformer_lab.nn import head_name
+
 SHOWN_AS = {"\n": "⏎", " ": "␣", "\t": "⇥"}
 MAX_TICKS = 48  # more positions than this on an axis: label every k-th one
+
+GRID_NOTES = {  # what a grid's rows and columns are, after its group's title (`nn.GROUP_TITLES`)
+    "self": " (row = query)",
+    "decoder": " (causal; row = target position)",
+    "cross": " (row = target, column = source)",
+}
 
 
 def token_labels(tokens: list[str]) -> list[str]:
@@ -112,7 +120,7 @@ def attention_grid(
     for layer, (row, vmax) in enumerate(zip(axes, layer_scales(maps), strict=True)):
         for head, ax in enumerate(row):
             image = ax.imshow(maps[layer][head], vmin=0, vmax=vmax, cmap="viridis", interpolation="nearest")
-            ax.set_title(f"{labels[layer]}H{head}", fontsize=9)
+            ax.set_title(head_name(labels[layer], head), fontsize=9)
             _label_axes(ax, tokens, row_tokens, panel, x=layer == num_layers - 1, y=head == 0)
         clipped = any(float(m.max()) > vmax for m in maps[layer])
         bar = fig.colorbar(

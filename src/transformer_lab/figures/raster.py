@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from transformer_lab.figures.attention import cpu_float, layer_scales, position_labels, token_labels
+from transformer_lab.nn import head_name
 
 
 @cache
@@ -82,7 +83,7 @@ def attention_grid_image(
             left = pad + label_w + head * (panel_w + pad)
             draw.text(
                 (left + panel_w // 2, top - 3),
-                f"{labels[layer]}H{head}",
+                head_name(labels[layer], head),
                 fill="black",
                 font=small,
                 anchor="md",

@@ -23,6 +23,7 @@ from transformer_lab.nn.blocks import MLP, DecoderBlock, EncoderBlock, Transform
 from transformer_lab.nn.config import ModelConfig
 from transformer_lab.nn.hooks import HookedModule, HookName, HookPoint, evaluating, parse_hook_name
 from transformer_lab.nn.models import (
+    GROUP_TITLES,
     IGNORE_INDEX,
     AttentionLayer,
     Cache,
@@ -34,6 +35,7 @@ from transformer_lab.nn.models import (
     TokenModel,
     TransformerStack,
     build_model,
+    head_name,
 )
 from transformer_lab.nn.positional import (
     LearnedPositionalEncoding,
@@ -44,6 +46,7 @@ from transformer_lab.nn.positional import (
 from transformer_lab.nn.sampling import sample_next_token
 
 __all__ = [
+    "GROUP_TITLES",
     "IGNORE_INDEX",
     "MLP",
     "AttentionLayer",
@@ -72,6 +75,7 @@ __all__ = [
     "causal_mask",
     "evaluating",
     "expand_mask",
+    "head_name",
     "make_dropout",
     "make_positional_encoding",
     "parse_hook_name",

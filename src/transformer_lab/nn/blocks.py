@@ -40,30 +40,17 @@ class MLP(nn.Module):
         return self.fc_out(self.dropout(self.hook_post(self.act(self.fc_in(x)))))
 
 
-class EncoderBlock(HookedModule):
-    """Self-attention then a position-wise MLP, each wrapped in a residual connection and LayerNorm.
+class Block(HookedModule):
+    """What the encoder and decoder blocks share: their settings, and their sub-layers made in forward order
+    (the order of their hook points): `hook_resid_pre`; each attention sub-layer of `SUBLAYERS` (its
+    LayerNorm, the attention, the hook points of its output and of the stream after it); the MLP sub-layer
+    with its LayerNorm `MLP_NORM` and `hook_mlp_out`; `hook_resid_post`. `mlp=False` leaves the MLP out (an
+    attention-only block: the induction-head experiments' models); `bias=False` drops every Linear's and
+    LayerNorm's additive bias (nanoGPT's default); `scale_attention=False` drops the 1/sqrt(d_head)."""
 
-    Post-norm (the original Transformer, `norm_first=False`):  x = LN(x + Attn(x)); x = LN(x + MLP(x)).
-    Pre-norm (GPT-2 and later, `norm_first=True`):             x = x + Attn(LN(x)); x = x + MLP(LN(x)).
-    Pre-norm keeps an identity path from input to output and trains deep stacks without careful warmup.
-    `bias=False` drops the additive biases of every Linear and LayerNorm (nanoGPT's default); `mlp=False`
-    leaves the MLP sub-layer out (an attention-only block, and its hook points with it).
-
-    Hook points, in forward order: `hook_resid_pre` (the block's input), the attention's, `hook_attn_out`,
-    `hook_resid_mid` (the stream between attention and MLP), the MLP's, `hook_mlp_out`, `hook_resid_post`.
-    Inside `model.per_head_hooks()` also TransformerLens's `hook_q_input`, `hook_k_input`, `hook_v_input`
-    ([B, T, H, D]: the stream each head reads, one copy per head, before the block's norm) and
-    `hook_mlp_in` (the MLP's input, before its norm): while one of them is hooked, the block runs each head
-    on its own copy, so an edge into one head can be changed alone.
-    """
-
+    SUBLAYERS: tuple[tuple[str, str, str, str], ...]  # (norm, attention, its output's hook, the stream's)
+    MLP_NORM: str
     per_head = False  # True while the per-head hook points are attached (`HookedModule.per_head_hooks`)
-
-    def per_head_hook_points(self) -> list[tuple[str, str]]:
-        """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
-        names = [("hook_q_input", "hook_resid_pre"), ("hook_k_input", "hook_q_input")]
-        names.append(("hook_v_input", "hook_k_input"))
-        return names + ([("hook_mlp_in", "hook_resid_mid")] if hasattr(self, "mlp") else [])
 
     def __init__(
         self,
@@ -80,16 +67,47 @@ class EncoderBlock(HookedModule):
         super().__init__()
         self.norm_first = norm_first
         self.hook_resid_pre = HookPoint()
-        self.norm1 = nn.LayerNorm(input_dim, bias=bias)
-        self.attn = MultiheadAttention(input_dim, input_dim, num_heads, bias=bias, scale=scale_attention)
-        self.hook_attn_out = HookPoint()
-        self.hook_resid_mid = HookPoint()
-        if mlp:  # without one: an attention-only block (the induction-head experiments' models)
-            self.norm2 = nn.LayerNorm(input_dim, bias=bias)
+        for norm, attn, out, resid in self.SUBLAYERS:
+            setattr(self, norm, nn.LayerNorm(input_dim, bias=bias))
+            setattr(
+                self,
+                attn,
+                MultiheadAttention(input_dim, input_dim, num_heads, bias=bias, scale=scale_attention),
+            )
+            setattr(self, out, HookPoint())
+            setattr(self, resid, HookPoint())
+        if mlp:
+            setattr(self, self.MLP_NORM, nn.LayerNorm(input_dim, bias=bias))
             self.mlp = MLP(input_dim, dim_feedforward, activation, dropout, bias)
             self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
         self.dropout = make_dropout(dropout)
+
+
+class EncoderBlock(Block):
+    """Self-attention then a position-wise MLP, each wrapped in a residual connection and LayerNorm.
+
+    Post-norm (the original Transformer, `norm_first=False`):  x = LN(x + Attn(x)); x = LN(x + MLP(x)).
+    Pre-norm (GPT-2 and later, `norm_first=True`):             x = x + Attn(LN(x)); x = x + MLP(LN(x)).
+    Pre-norm keeps an identity path from input to output and trains deep stacks without careful warmup.
+    Its settings (bias, mlp, ...): `Block`.
+
+    Hook points, in forward order: `hook_resid_pre` (the block's input), the attention's, `hook_attn_out`,
+    `hook_resid_mid` (the stream between attention and MLP), the MLP's, `hook_mlp_out`, `hook_resid_post`.
+    Inside `model.per_head_hooks()` also TransformerLens's `hook_q_input`, `hook_k_input`, `hook_v_input`
+    ([B, T, H, D]: the stream each head reads, one copy per head, before the block's norm) and
+    `hook_mlp_in` (the MLP's input, before its norm): while one of them is hooked, the block runs each head
+    on its own copy, so an edge into one head can be changed alone.
+    """
+
+    SUBLAYERS = (("norm1", "attn", "hook_attn_out", "hook_resid_mid"),)
+    MLP_NORM = "norm2"
+
+    def per_head_hook_points(self) -> list[tuple[str, str]]:
+        """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
+        names = [("hook_q_input", "hook_resid_pre"), ("hook_k_input", "hook_q_input")]
+        names.append(("hook_v_input", "hook_k_input"))
+        return names + ([("hook_mlp_in", "hook_resid_mid")] if hasattr(self, "mlp") else [])
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, causal: bool = False, kv_cache: KVCache | None = None
@@ -128,7 +146,7 @@ class EncoderBlock(HookedModule):
         return self.hook_resid_post(mlp_sublayer(self, x, self.norm2 if hasattr(self, "mlp") else None))
 
 
-class DecoderBlock(HookedModule):
+class DecoderBlock(Block):
     """Causal self-attention, cross-attention over the encoder's output, then the MLP (Vaswani et al.,
     section 3.1), each wrapped in a residual connection and LayerNorm (post-norm, or pre-norm with
     `norm_first`), as `torch.nn.TransformerDecoderLayer` (whose weights transfer: a test checks it).
@@ -142,7 +160,11 @@ class DecoderBlock(HookedModule):
     `hook_cross_k_input` / `hook_cross_v_input` ([B, S, H, D]: the encoder's output, one copy per head).
     """
 
-    per_head = False
+    SUBLAYERS = (
+        ("norm1", "attn", "hook_attn_out", "hook_resid_mid"),
+        ("norm2", "cross_attn", "hook_cross_attn_out", "hook_resid_mid_cross"),
+    )
+    MLP_NORM = "norm3"
 
     def per_head_hook_points(self) -> list[tuple[str, str]]:
         """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
@@ -150,38 +172,6 @@ class DecoderBlock(HookedModule):
         names += [("hook_v_input", "hook_k_input"), ("hook_cross_q_input", "hook_resid_mid")]
         names += [("hook_cross_k_input", "hook_cross_q_input"), ("hook_cross_v_input", "hook_cross_k_input")]
         return names + ([("hook_mlp_in", "hook_resid_mid_cross")] if hasattr(self, "mlp") else [])
-
-    def __init__(
-        self,
-        input_dim: int,
-        num_heads: int,
-        dim_feedforward: int,
-        dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        bias: bool = True,
-        scale_attention: bool = True,
-        mlp: bool = True,
-    ):
-        super().__init__()
-        self.norm_first = norm_first
-        self.hook_resid_pre = HookPoint()
-        self.norm1 = nn.LayerNorm(input_dim, bias=bias)
-        self.attn = MultiheadAttention(input_dim, input_dim, num_heads, bias=bias, scale=scale_attention)
-        self.hook_attn_out = HookPoint()
-        self.hook_resid_mid = HookPoint()
-        self.norm2 = nn.LayerNorm(input_dim, bias=bias)
-        self.cross_attn = MultiheadAttention(
-            input_dim, input_dim, num_heads, bias=bias, scale=scale_attention
-        )
-        self.hook_cross_attn_out = HookPoint()
-        self.hook_resid_mid_cross = HookPoint()
-        if mlp:
-            self.norm3 = nn.LayerNorm(input_dim, bias=bias)
-            self.mlp = MLP(input_dim, dim_feedforward, activation, dropout, bias)
-            self.hook_mlp_out = HookPoint()
-        self.hook_resid_post = HookPoint()
-        self.dropout = make_dropout(dropout)
 
     def forward(
         self,

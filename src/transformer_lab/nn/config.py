@@ -5,7 +5,10 @@ rebuilt from it with `build_model(config)`. Error messages name the `model.<key>
 config, where these values are usually set.
 """
 
-from dataclasses import asdict, dataclass
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
 # Upper bounds on every size, far above what these models train on a laptop or a GPU, so that a config or
@@ -21,6 +24,10 @@ LIMITS = {
     "max_len": 1 << 20,
 }
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "none")
+
+
+class UnknownSetting(ValueError):
+    """A key that is not a setting of `ModelConfig` (a typo, or a file of another version)."""
 
 
 @dataclass
@@ -69,6 +76,16 @@ class ModelConfig:
     tie_embeddings: bool = False
     scale_attention: bool = True
     mlp: bool = True
+
+    @classmethod
+    def from_dict(cls, values: Mapping) -> ModelConfig:
+        """The config of plain data (a training config's `model.*`, a checkpoint's `net`): a ValueError
+        naming the first key that is not a setting (`UnknownSetting`) or the first value out of bounds."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise UnknownSetting(f"model.{unknown[0]} is not an architecture setting ({', '.join(known)})")
+        return cls(**values)
 
     def __post_init__(self) -> None:
         if self.vocab is not None:

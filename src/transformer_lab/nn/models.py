@@ -76,6 +76,22 @@ class Specials(NamedTuple):
     sep: int
 
 
+# The title of each group of attention layers (`AttentionLayer.group`) wherever they are shown together:
+# the grids of explain and of TensorBoard, the explorer's headings (each adds what its axes mean).
+GROUP_TITLES = {
+    "self": "Attention weights",
+    "encoder": "Encoder self-attention",
+    "decoder": "Decoder self-attention",
+    "cross": "Cross-attention",
+}
+
+
+def head_name(label: str, head: int) -> str:
+    """A head's short name, the same everywhere (tables, figures, TensorBoard tags, the page): `L0H3` for
+    head 3 of the layer labelled `L0` (`E0H3`, `D0H3`, `X0H3` in an encoder-decoder)."""
+    return f"{label}H{head}"
+
+
 @dataclass(frozen=True)
 class AttentionLayer:
     """One attention layer of a model, as the analyses see it.
@@ -98,8 +114,8 @@ class AttentionLayer:
     reads_source: bool
 
     def head(self, head: int) -> str:
-        """A head's short name, `L0H3`."""
-        return f"{self.label}H{head}"
+        """A head's short name, `L0H3` (`head_name`)."""
+        return head_name(self.label, head)
 
 
 class TokenModel(HookedModule):

@@ -14,6 +14,12 @@ def _check_fits(seq_len: int, offset: int, max_len: int) -> None:
         )
 
 
+def sinusoid_frequencies(d_model: int) -> Tensor:
+    """1 / 10000^(2i / d_model) for i = 0 .. d_model/2 - 1, in float32 as the encoding uses them (the
+    explorer page's forward pass builds the same table from these)."""
+    return torch.exp(torch.arange(0, d_model, 2, dtype=torch.float) * (-math.log(10000.0) / d_model))
+
+
 class PositionalEncoding(nn.Module):
     """Sinusoidal encoding (Vaswani et al., 2017, section 3.5), added to the token embeddings.
 
@@ -25,7 +31,7 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000):
         super().__init__()
         position = torch.arange(max_len, dtype=torch.float).unsqueeze(1)
-        div_term = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float) * (-math.log(10000.0) / d_model))
+        div_term = sinusoid_frequencies(d_model)
         pe = torch.zeros(max_len, d_model)
         pe[:, 0::2] = torch.sin(position * div_term)
         pe[:, 1::2] = torch.cos(position * div_term[: d_model // 2])

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from transformer_lab.data.task import TaskDataModule
-from transformer_lab.errors import ConfigError, require
+from transformer_lab.errors import ConfigError, as_config_error, require
 from transformer_lab.nn import IGNORE_INDEX, ModelConfig, build_model
 from transformer_lab.nn.schedules import ConstantWarmupScheduler, CosineWarmupScheduler
 from transformer_lab.training.checkpoint_io import FORMAT_VERSION
@@ -30,19 +30,6 @@ SCHEDULES = ("cosine", "constant")  # CosineWarmupScheduler, ConstantWarmupSched
 DECAYED = ("matrices", "all")  # the parameters weight decay applies to
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # devices with a fused (single-kernel) AdamW in torch >= 2.4
 ARCHITECTURE_KEYS = tuple(f.name for f in fields(ModelConfig))
-
-
-def model_config(net: Mapping) -> ModelConfig:
-    """ModelConfig(**net), with a one-line ConfigError naming a bad or unknown key."""
-    unknown = sorted(set(net) - set(ARCHITECTURE_KEYS))
-    if unknown:
-        raise ConfigError(
-            f"model.{unknown[0]} is not an architecture setting ({', '.join(ARCHITECTURE_KEYS)})"
-        )
-    try:
-        return ModelConfig(**net)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 class TransformerPredictor(L.LightningModule):
@@ -74,7 +61,8 @@ class TransformerPredictor(L.LightningModule):
     ):
         super().__init__()
         # Plain Python types only, so checkpoints load with torch.load(weights_only=True).
-        config = model_config(dict(net))
+        with as_config_error():
+            config = ModelConfig.from_dict(dict(net))
         net = config.to_dict()
         metrics = [str(m) for m in metrics]
         betas = [float(b) for b in betas]

@@ -6,15 +6,9 @@ from torch import Tensor
 from transformer_lab import figures
 from transformer_lab.analysis import explain
 from transformer_lab.errors import require
+from transformer_lab.nn import GROUP_TITLES
 from transformer_lab.training.callbacks.tensorboard import logger_when_due
 from transformer_lab.training.datamodule import task_of
-
-GROUP_TITLES = {
-    "self": "Attention weights (row = query)",
-    "encoder": "Encoder self-attention",
-    "decoder": "Decoder self-attention",
-    "cross": "Cross-attention",
-}
 
 
 class AttentionMapCallback(L.Callback):
@@ -56,7 +50,8 @@ class AttentionMapCallback(L.Callback):
         groups = explain.grouped_maps(net, *inputs)
         for group, maps in groups.items():
             layers = [layer for layer in net.attention_layers() if layer.group == group]
-            title = f"{GROUP_TITLES[group]}. Validation example, epoch {trainer.current_epoch}"
+            heading = GROUP_TITLES[group] + (figures.GRID_NOTES["self"] if group == "self" else "")
+            title = f"{heading}. Validation example, epoch {trainer.current_epoch}"
             image = figures.attention_grid_image(
                 maps,
                 tokens[layers[0].keys],
