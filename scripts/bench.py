@@ -174,6 +174,7 @@ PHASES = (
     "explorer",
     "threads",
     "circuits",
+    "startup",
 )
 
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
@@ -1254,6 +1255,43 @@ ROWS = [  # (figure, format of the value, the results keys it shows; the first o
     ),
 ]
 ROWS += CIRCUIT_ROWS
+ROWS.append(
+    (
+        "start-up of an analysis (load pretrained:reverse_2l4h, 64 examples, head ablation; Lightning?)",
+        "{:.2f} s ({})",
+        ["startup_analysis_seconds", "startup_imports_lightning"],
+    )
+)
+
+
+STARTUP_SCRIPT = """
+import sys, time
+start = time.perf_counter()
+import transformer_lab
+from transformer_lab.analysis import interventions
+checkpoint = transformer_lab.load("pretrained:reverse_2l4h")
+inputs, labels = checkpoint.examples(64)
+interventions.ablate_heads(checkpoint.model, inputs, labels)
+print(time.perf_counter() - start, any(m == "lightning" or m.startswith("lightning.") for m in sys.modules))
+"""
+
+
+def bench_startup(mode: Mode) -> dict:
+    """A tool's start-up without training: a fresh interpreter that loads `pretrained:reverse_2l4h`, its
+    task's examples and runs an analysis (head ablation): the median wall time of 5 runs (3 with
+    --quick), in-process from the first import, and whether Lightning was imported (it must not be)."""
+    seconds, lightning = [], []
+    for _ in range(3 if mode is QUICK else 5):
+        out = subprocess.run(
+            [sys.executable, "-c", STARTUP_SCRIPT], capture_output=True, text=True, check=True
+        )
+        value, loaded = out.stdout.split()
+        seconds.append(float(value))
+        lightning.append(loaded == "True")
+    return {
+        "startup_analysis_seconds": statistics.median(seconds),
+        "startup_imports_lightning": any(lightning),
+    }
 
 
 def table(results: dict, check_targets: bool) -> str:
@@ -1328,6 +1366,8 @@ def main(argv: list[str] | None = None) -> dict:
             results.update(bench_threads(mode, workdir))
         if "circuits" in phases:
             results.update(bench_circuits(mode))
+        if "startup" in phases:
+            results.update(bench_startup(mode))
     results.update(
         mode=mode_name,
         overrides=" ".join(args.overrides),
