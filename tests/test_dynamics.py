@@ -72,22 +72,19 @@ def test_scores_are_one_for_exactly_those_heads_and_near_zero_for_uniform_attent
     assert induction_scores(uniform, data).item() < 0.1
 
 
-def test_the_steepest_change_is_the_phase_change_per_log_step():
-    steps = [0, 1, 2, 4, 8, 16, 32, 64, 128]
-    loss = [3.5, 3.5, 3.5, 3.49, 3.48, 3.1, 1.2, 1.0, 0.95]
-    assert dynamics.steepest_change(steps, loss, "fall") == 6  # between steps 16 and 32
-    assert dynamics.steepest_change(steps, loss, "rise") is None
-    event = dynamics.event("loss", steps, loss)
-    assert event == {
-        "step": 32,
-        "what": "loss fell fastest (3.1 -> 1.2 between steps 16 and 32; half way at step 22)",
-    }
-    assert dynamics.event("loss", steps, [3.5] * 8 + [3.49]) is None  # no phase change: a flat curve
-    # a late spike and its recovery (a slingshot after grokking) is no new progress: the rise is the jump
-    accuracy = [0.3, 0.3, 0.3, 0.3, 0.3, 0.8, 1.0, 0.2, 1.0]  # the recovery (0.8) is larger than the jump
-    assert dynamics.steepest_change(steps, accuracy, "rise") == 5
-    with pytest.raises(ValueError, match="direction='up'"):
-        dynamics.steepest_change(steps, loss, "up")
+def test_an_event_is_the_move_of_a_curve_that_passes_the_rule():
+    """`dynamics.event` is `analysis.events.detect` (tests/test_events.py grades it on known series)."""
+    steps = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    loss = [3.5, 3.5, 3.49, 3.5, 3.48, 3.1, 1.2, 1.0, 0.95, 0.96, 0.94]
+    change = dynamics.event("loss", steps, loss)
+    assert change.event and (change.start, change.end) == (16, 32) and 16 < change.halfway < 32
+    assert change.describe().startswith("loss fell 3.1 -> 1.2 between steps 16 and 32 (")
+    flat = dynamics.event("loss", steps, [3.5] * 10 + [3.49])
+    assert flat is None or not flat.event  # no phase change: a flat curve
+    # a late spike and its recovery (a slingshot after grokking) is no progress: the rise is the jump
+    accuracy = [0.3, 0.3, 0.3, 0.3, 0.3, 0.8, 1.0, 1.0, 0.2, 1.0, 1.0]
+    rise = dynamics.event("acc", steps, accuracy, "rise")
+    assert rise.event and (rise.start, rise.end) == (8, 16)  # the smoothed curve: 0.3 -> 0.8 (0.8, 1.0)
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +113,7 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
     printed = capsys.readouterr().out
     assert (tmp_path / "dynamics.png").stat().st_size > 10_000
     record = json.loads((tmp_path / "dynamics.json").read_text())
-    assert list(record) == ["steps", "loss", "metric", "heads", "scores", "events"]
+    assert list(record) == ["steps", "loss", "metric", "heads", "scores", "events", "no_events"]
     assert record["steps"] == snapshot_steps(20, 6) == [0, 1, 2, 4, 9, 20]
     snapshots, layers, heads = 6, 2, 2
     assert len(record["loss"]) == len(record["metric"]) == snapshots
@@ -132,7 +129,10 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
         best = [max(max(row) for row in snapshot) for snapshot in record["heads"][name]]
         assert record["scores"][name] == pytest.approx(best)
     assert record["loss"][0] == pytest.approx(torch.log(torch.tensor(32.0)).item(), abs=0.1)
-    assert all(set(e) == {"step", "what"} and e["step"] in record["steps"] for e in record["events"])
+    assert all(
+        set(e) == {"step", "halfway", "what"} and e["step"] in record["steps"] for e in record["events"]
+    )
+    assert all(set(e) == {"curve", "what"} for e in record["no_events"])
     assert "6 snapshots, steps 0 to 20" in printed and "Events (phase changes" in printed
 
 
@@ -170,23 +170,17 @@ def test_a_run_without_snapshots_is_a_one_line_error(tmp_path):
             load_script("interpret").main([f"ckpt_path={tmp_path}", *args, f"out_dir={tmp_path}"])
 
 
-def test_the_run_says_where_its_validation_metric_changed_fastest():
+def test_the_run_says_whether_its_validation_metric_had_a_phase_change():
     callback = PhaseChange(monitor="val/acc", direction="rise")
-    assert callback.describe() is None  # fewer than two validations
-    for step, acc in [
-        (100, 0.29),
-        (200, 0.29),
-        (300, 0.41),
-        (400, 0.63),
-        (500, 0.99),
-        (600, 0.77),
-        (700, 1.0),
-    ]:
-        callback.history.append((step, acc))
-    # the jump 0.63 -> 0.99 (per log-step the largest new high; the late recovery 0.77 -> 1.0 is none)
-    assert callback.describe() == (
-        "val/acc rose fastest between steps 400 and 500 (0.630 -> 0.990): phase change at step 500"
-    )
+    assert callback.describe() is None  # fewer than three validations
+    grokking = [0.29, 0.30, 0.29, 0.30, 0.31, 0.30, 0.29, 0.45, 0.97, 0.99, 1.0, 0.99]
+    callback.history = [(100 * (i + 1), acc) for i, acc in enumerate(grokking)]
+    text = callback.describe()
+    assert text.startswith("Phase change: val/acc rose 0.3 -> 0.995 between steps 700 and 1200 (")
+    assert text.endswith("half way at step 837")  # between 800 (0.45) and 900 (0.97)
+    control = PhaseChange(monitor="val/loss", direction="fall")  # a slow drift, as one layer learns
+    control.history = [(250 * (i + 1), 3.46 - 0.03 * i + 0.004 * (-1) ** i) for i in range(12)]
+    assert control.describe().startswith("No phase change in val/loss: its largest move, ")
     resumed = PhaseChange(monitor="val/acc", direction="rise")
     resumed.load_state_dict(callback.state_dict())
     assert resumed.history == callback.history

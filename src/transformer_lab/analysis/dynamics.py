@@ -11,7 +11,6 @@ for task=modular_addition). Events: where each score changed fastest (its phase 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -19,40 +18,12 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.analysis import interventions, lens, measures
+from transformer_lab.analysis import events, interventions, lens, measures
 from transformer_lab.errors import require
 from transformer_lab.nn import IGNORE_INDEX, head_name
 
 if TYPE_CHECKING:
     from transformer_lab.checkpoint import Checkpoint
-
-DIRECTIONS = ("rise", "fall")
-
-
-def steepest_change(
-    steps: Sequence[int], values: Sequence[float], direction: str = "rise", min_change: float = 0.0
-) -> int | None:
-    """The index i of the interval (steps[i - 1], steps[i]) over which `values` rose (or fell) fastest per
-    unit of log(step), steps of 0 counted as 1 (on a log-step axis, the steepest stretch of the curve):
-    argmax_i g_i / (log s_i - log s_{i-1}), where g_i is how far v_i goes beyond every value before it (a
-    new high for `rise`, a new low for `fall`), so that the recovery from a dip (a loss spike) does not
-    count as progress; among the intervals where g_i is more than `min_change`. None if there is none."""
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction={direction!r}: use rise or fall")
-    sign = 1.0 if direction == "rise" else -1.0
-    best, best_rate = None, 0.0
-    record = sign * values[0] if values else 0.0
-    for i in range(1, len(steps)):
-        width = math.log(max(steps[i], 1)) - math.log(max(steps[i - 1], 1))
-        value = sign * values[i]
-        if not math.isfinite(value):
-            continue
-        gain, record = value - record, max(record, value)
-        if width <= 0 or gain <= min_change:
-            continue
-        if gain / width > best_rate:
-            best, best_rate = i, gain / width
-    return best
 
 
 def direction_of(name: str) -> str:
@@ -60,44 +31,12 @@ def direction_of(name: str) -> str:
     return "fall" if name.endswith("loss") else "rise"
 
 
-MIN_CHANGE = 0.02  # a phase change moves a score (or a loss, in nats) by more than this between snapshots
-
-
-def halfway(steps: Sequence[int], values: Sequence[float], direction: str = "rise") -> float | None:
-    """The step at which `values` first got half way from their first value to their extreme (the highest
-    for `rise`, the lowest for `fall`), interpolated linearly in log(step) between two snapshots: finer than
-    the snapshots' spacing, to tell which of several curves that jump between the same two snapshots
-    moved first. None if they never move."""
-    sign = 1.0 if direction == "rise" else -1.0
-    moved = [sign * (v - values[0]) for v in values]
-    target = max(moved) / 2
-    if target <= 0:
-        return None
-    i = next(i for i, m in enumerate(moved) if m >= target)
-    if i == 0:
-        return float(steps[0])
-    lo, hi = math.log(max(steps[i - 1], 1)), math.log(max(steps[i], 1))
-    share = (target - moved[i - 1]) / (moved[i] - moved[i - 1])
-    return math.exp(lo + share * (hi - lo))
-
-
 def event(
     name: str, steps: Sequence[int], values: Sequence[float], direction: str | None = None
-) -> dict | None:
-    """`{"step": s, "what": "<name> rose fastest (a -> b between steps r and s; half way at step h)"}` at
-    the end of the steepest stretch of `values` (`steepest_change`, moving by more than MIN_CHANGE), with
-    the step it got half way (`halfway`); None if there is no such stretch."""
-    direction = direction or direction_of(name)
-    i = steepest_change(steps, values, direction, MIN_CHANGE)
-    if i is None:
-        return None
-    verb = "fell" if direction == "fall" else "rose"
-    half = halfway(steps, values, direction)
-    return {
-        "step": int(steps[i]),
-        "what": f"{name} {verb} fastest ({values[i - 1]:.3g} -> {values[i]:.3g} between steps {steps[i - 1]} "
-        f"and {steps[i]}; half way at step {half:.0f})",
-    }
+) -> events.Change | None:
+    """The largest move of a curve and whether it is a phase change (`analysis.events.detect`: one rule
+    for the callback and this analysis); None for a curve too short to say."""
+    return events.detect(name, steps, values, direction or direction_of(name))
 
 
 @dataclass
@@ -111,7 +50,9 @@ class Dynamics:
             defines it), ablation (the accuracy with that head zero-ablated), and the task's per-head scores
     scores  {"<name>": [value per snapshot]}: the task's scores and the logit lens (`lens_<reading>`: the
             accuracy read from the stream after the embedding, after each block)
-    events  [{"step": int, "what": str}]: where the loss fell and each score changed fastest
+    events  [{"step": int, "halfway": int, "what": str}]: the phase changes (`analysis.events`), the
+            snapshot where each ended and the step it was half way
+    no_events  [{"curve": str, "what": str}]: the largest move of each other curve, and the test it failed
     """
 
     steps: list[int]
@@ -120,6 +61,7 @@ class Dynamics:
     heads: dict[str, list] = field(default_factory=dict)
     scores: dict[str, list[float]] = field(default_factory=dict)
     events: list[dict] = field(default_factory=list)
+    no_events: list[dict] = field(default_factory=list)  # each other curve's largest move, and why not
     layers: list[str] = field(default_factory=list)  # the attention layers' labels (L0, L1, ...)
     metric_name: str = "acc"
     own_heads: list[str] = field(default_factory=list)  # the task's own per-head measures (induction, ...)
@@ -128,7 +70,7 @@ class Dynamics:
     )  # what the task's scores found (printed, and in the figure)
 
     def to_dict(self) -> dict:
-        """The JSON record: steps, loss, metric, heads, scores, events."""
+        """The JSON record: steps, loss, metric, heads, scores, events, no_events."""
         return {
             "steps": self.steps,
             "loss": self.loss,
@@ -136,6 +78,7 @@ class Dynamics:
             "heads": self.heads,
             "scores": self.scores,
             "events": self.events,
+            "no_events": self.no_events,
         }
 
     def summary(self) -> list[str]:
@@ -146,8 +89,9 @@ class Dynamics:
         width = max(len(name) for name in rows)
         lines += [f"  {name:<{width}} {values[0]:8.3f} -> {values[-1]:8.3f}" for name, values in rows.items()]
         lines += self.notes
-        lines.append("Events (phase changes: where each changed fastest per log-step):")
-        lines += [f"  step {e['step']:>8}: {e['what']}" for e in self.events] or ["  none"]
+        lines.append("Events (phase changes: large, beyond the noise, sudden and kept; analysis.events):")
+        lines += [f"  step {e['halfway']:>8}: {e['what']}" for e in self.events] or ["  none"]
+        lines += [f"  {e['what']}" for e in self.no_events]
         return lines
 
     def head_names(self) -> list[list[str]]:
@@ -315,7 +259,7 @@ def over_snapshots(
             del checkpoint.model  # one snapshot's model in memory at a time (the final one is kept)
     result.notes = own.notes()
     result.own_heads = [m.name for m in chosen if m.task and m.name in result.heads]
-    result.events = find_events(result, task_heads=result.own_heads, directions=own.directions)
+    result.events, result.no_events = find_events(result, result.own_heads, directions=own.directions)
     return result
 
 
@@ -324,25 +268,26 @@ def find_events(
     task_heads: Sequence[str] = (),
     formed: float = 0.3,
     directions: dict[str, str] | None = None,
-) -> list[dict]:
-    """Where the loss fell and the accuracy rose fastest, where each of the task's scores changed fastest
-    (a loss falling, any other score rising, unless `directions` says otherwise; not the lens readings:
-    they follow the accuracy), and where each head whose task score reaches `formed` rose fastest (which
-    head formed first), in order of step."""
+) -> tuple[list[dict], list[dict]]:
+    """The phase changes (`analysis.events`) of the loss, the accuracy, each of the task's scores (a loss
+    falling, any other score rising, unless `directions` says otherwise; not the lens readings: they
+    follow the accuracy) and each head whose task score reaches `formed` (which head formed first), in
+    order of step; and, for every curve but the heads' without one, its largest move and why it is none."""
     steps = result.steps
-    found = [
-        event("loss", steps, result.loss, "fall"),
-        event(result.metric_name, steps, result.metric, "rise"),
-    ]
+    curves = [("loss", result.loss, "fall"), (result.metric_name, result.metric, "rise")]
     for name, values in result.scores.items():
-        if name.startswith("lens_") or values in (result.loss, result.metric):
-            continue
-        found.append(event(name, steps, values, (directions or {}).get(name)))
+        if not name.startswith("lens_") and values not in (result.loss, result.metric):
+            curves.append((name, values, (directions or {}).get(name) or direction_of(name)))
+    heads = []
     for measure in task_heads:
         series = result.heads[measure]  # [snapshot][layer][head]
         for layer, label in enumerate(result.layers):
             for head in range(len(series[0][layer])):
                 values = [snapshot[layer][head] for snapshot in series]
                 if max(values) >= formed:
-                    found.append(event(f"{head_name(label, head)} {measure} score", steps, values, "rise"))
-    return sorted((e for e in found if e is not None), key=lambda e: e["step"])
+                    heads.append((f"{head_name(label, head)} {measure} score", values, "rise"))
+    changes = [(event(name, steps, values, way), name) for name, values, way in [*curves, *heads]]
+    found = sorted((c for c, _ in changes if c is not None and c.event), key=lambda c: c.halfway)
+    claimed = [{"step": c.end, "halfway": c.step, "what": c.describe()} for c in found]
+    none = [c for c, name in changes if c is not None and not c.event and name in {n for n, _, _ in curves}]
+    return claimed, [{"curve": c.name, "what": c.describe()} for c in none]

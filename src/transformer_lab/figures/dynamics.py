@@ -10,6 +10,7 @@ every    the events: dotted lines where the loss fell or a score changed fastest
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
@@ -18,6 +19,40 @@ if TYPE_CHECKING:
     from transformer_lab.analysis.dynamics import Dynamics
 
 HEAD_STYLES = ("-", "--", ":")
+# One colour and line style per measure, the same in every figure (dashed: a loss, in nats); any other
+# measure gets one from its name, the same in every run.
+STYLES = {
+    "loss": ("tab:red", "-"),
+    "acc": ("tab:blue", "-"),
+    "induction": ("tab:green", "-"),
+    "previous_token": ("tab:olive", "-"),
+    "in_context": ("tab:purple", "--"),
+    "train_acc": ("tab:cyan", "-"),
+    "fourier_sparsity": ("tab:brown", "-"),
+    "restricted_loss": ("tab:green", "--"),
+    "excluded_loss": ("tab:orange", "--"),
+    "test_loss": ("tab:blue", "--"),
+    "train_loss": ("tab:cyan", "--"),
+}
+PALETTE = ("tab:pink", "tab:gray", "darkgoldenrod", "teal", "navy", "maroon", "darkkhaki", "slateblue")
+
+
+def style(name: str) -> tuple[str, str]:
+    """(colour, line style) of a measure: its own (`STYLES`), or one its name picks from `PALETTE`."""
+    if name in STYLES:
+        return STYLES[name]
+    return PALETTE[sum(map(ord, name)) % len(PALETTE)], "--" if in_nats(name) else "-"
+
+
+def _from_zero(ax, values: list[float], top: float | None = None) -> None:
+    """An axis from 0 (or below, for a negative value) to at least `top`: a change is drawn at its size
+    against the whole scale, not stretched over the panel (a 0.08-nat drift of a 3.5-nat loss stays
+    small)."""
+    finite = [v for v in values if v == v and abs(v) != float("inf")]
+    if finite:
+        high = max([*finite, top or 0.0])
+        low = min([*finite, 0.0])
+        ax.set_ylim(low - 0.02 * (high - low), high + 0.02 * (high - low) + 1e-9)
 
 
 def in_nats(name: str) -> bool:
@@ -35,12 +70,18 @@ def _log_steps(ax) -> None:
 
 
 def _events(axes, result: Dynamics, label_ax) -> None:
-    """A dotted line at each step where something changed fastest, on every panel, labelled on
-    `label_ax` with what changed there (heads counted, not named: the console and the JSON name them)."""
-    at: dict[int, list[str]] = {}
+    """A dotted line where the events that ended at one snapshot were half way (their median), on every
+    panel, labelled on `label_ax` with what changed there (heads counted, not named: the console and the
+    JSON name them)."""
+    groups: dict[int, list[dict]] = {}
     for event in result.events:
-        name = event["what"].split(" rose ")[0].split(" fell ")[0]
-        at.setdefault(event["step"], []).append(name)
+        groups.setdefault(event["step"], []).append(event)
+    at = {
+        round(statistics.median(e.get("halfway", e["step"]) for e in group)): [
+            e["what"].split(" rose ")[0].split(" fell ")[0] for e in group
+        ]
+        for group in groups.values()
+    }
     for number, (step, names) in enumerate(sorted(at.items())):
         for ax in axes:
             ax.axvline(step, color="grey", linestyle=":", linewidth=1)
@@ -66,11 +107,13 @@ def dynamics_figure(result: Dynamics, title: str) -> Figure:
     top, middle, bottom = fig.subplots(3, 1, sharex=True)
     steps = result.steps
 
-    top.plot(steps, result.loss, color="tab:red", marker=".", label="loss")
-    top.set_ylabel("loss (nats)", color="tab:red")
+    top.plot(steps, result.loss, color=style("loss")[0], marker=".", label="loss")
+    top.set_ylabel("loss (nats)", color=style("loss")[0])
+    _from_zero(top, result.loss)
     right = top.twinx()
-    right.plot(steps, result.metric, color="tab:blue", marker=".", label=result.metric_name)
-    right.set_ylabel(result.metric_name, color="tab:blue")
+    colour = style(result.metric_name)[0]
+    right.plot(steps, result.metric, color=colour, marker=".", label=result.metric_name)
+    right.set_ylabel(result.metric_name, color=colour)
     right.set_ylim(-0.02, 1.02)
     top.set_title(title)
 
@@ -78,10 +121,15 @@ def dynamics_figure(result: Dynamics, title: str) -> Figure:
     nats = middle.twinx() if any(in_nats(name) for name in scores) else None
     for name, values in scores.items():
         ax = nats if in_nats(name) else middle
-        ax.plot(steps, values, marker=".", label=name, linestyle="--" if in_nats(name) else "-")
+        colour, line = style(name)
+        ax.plot(steps, values, marker=".", label=name, color=colour, linestyle=line)
     for name, values in result.scores.items():
         if name.startswith("lens_"):
             middle.plot(steps, values, linestyle=":", linewidth=1, label=f"{name} (acc)")
+    _from_zero(middle, [v for n, vs in result.scores.items() if not in_nats(n) for v in vs], top=1.0)
+    if nats is not None:
+        # every loss on the scale of the run's loss, so that 0.3 nats looks like 0.3 nats of it
+        _from_zero(nats, [v for n, vs in scores.items() if in_nats(n) for v in vs], top=max(result.loss))
     middle.set_ylabel("score")
     middle.legend(loc="upper left", fontsize=7, ncols=2)
     if nats is not None:
@@ -93,14 +141,17 @@ def dynamics_figure(result: Dynamics, title: str) -> Figure:
     measures = result.own_heads or ["entropy"]
     names = result.head_names()
     colours = [f"C{i}" for i in range(10)]
-    for style, measure in zip(HEAD_STYLES, measures, strict=False):
+    drawn = []
+    for line, measure in zip(HEAD_STYLES, measures, strict=False):
         series = result.heads[measure]
         for layer, row in enumerate(names):
             for head, name in enumerate(row):
                 values = [snapshot[layer][head] for snapshot in series]
+                drawn += [v for v in values if v is not None]
                 colour = colours[(layer * len(row) + head) % len(colours)]
-                label = name if style == "-" else None
-                bottom.plot(steps, values, linestyle=style, color=colour, label=label)
+                label = name if line == "-" else None
+                bottom.plot(steps, values, linestyle=line, color=colour, label=label)
+    _from_zero(bottom, drawn, top=1.0)
     what = " (solid), ".join(measures[:2]) + (" (dashed)" if len(measures) > 1 else "")
     bottom.set_ylabel(f"per head: {what}")
     bottom.legend(loc="upper left", fontsize=7, ncols=4)

@@ -65,6 +65,7 @@ TOP_LEVEL_TYPES = {
     "ckpt_path": str | None,
     "resume": str | None,
     "threads": str | int,
+    "console": list,
 }
 
 

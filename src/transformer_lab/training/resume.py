@@ -90,6 +90,7 @@ CHANGEABLE = (
     "data.num_workers",
     "callbacks.progress_bar.refresh_rate",
     "threads",
+    "console",
     "test",
     "paths.log_dir",
     "trainer",  # the device presets: trainer=cpu, trainer=gpu, trainer=ddp

@@ -74,16 +74,20 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     trainer = instantiate(
         cfg.trainer,
         # Overfitting one batch is about the training metrics (train/acc must reach 1): show them too.
-        callbacks=[
-            *callbacks,
-            ValidationLog(("train/", "val/") if cfg.trainer.get("overfit_batches") else ("val/",)),
-        ],
+        callbacks=[*callbacks, ValidationLog(console_metrics(cfg))],
         logger=loggers or False,
         plugins=[AtomicCheckpointIO()],
         **extra,
     )
     bar_only_where_watched(trainer, cfg.trainer.get("enable_progress_bar"))
     return trainer
+
+
+def console_metrics(cfg: DictConfig) -> tuple[str, ...]:
+    """The metrics each validation's line shows (`console`: names or prefixes), every training metric too
+    where one batch is overfitted (train/acc must reach 1)."""
+    shown = tuple(str(name) for name in cfg.get("console") or ("val/",))
+    return ("train/", *shown) if cfg.trainer.get("overfit_batches") else shown
 
 
 def check_launch_in_sweep(cfg: DictConfig, trainer: L.Trainer) -> None:

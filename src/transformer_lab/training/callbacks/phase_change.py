@@ -4,7 +4,7 @@ import logging
 
 import lightning as L
 
-from transformer_lab.analysis.dynamics import DIRECTIONS, steepest_change
+from transformer_lab.analysis.events import DIRECTIONS, detect
 from transformer_lab.errors import require
 
 log = logging.getLogger(__name__)
@@ -12,9 +12,10 @@ log = logging.getLogger(__name__)
 
 class PhaseChange(L.Callback):
     """Record `monitor` (a validation metric, e.g. `val/loss`) after every validation, and at the end of
-    training print where it rose or fell (`direction`) fastest per unit of log(step): the phase change of
-    a run whose metric sits on a plateau and then moves suddenly (induction heads forming, grokking).
-    The resolution is the validation interval (`trainer.val_check_interval`)."""
+    training say whether it had a phase change in `direction` (`rise` or `fall`), by the rule of
+    `analysis.events` (large, beyond its noise, sudden and kept: induction heads forming, grokking), and
+    where; or that it had none, with its largest move. The resolution is the validation interval
+    (`trainer.val_check_interval`)."""
 
     def __init__(self, monitor: str = "val/loss", direction: str = "fall"):
         require(
@@ -41,21 +42,19 @@ class PhaseChange(L.Callback):
             self.history.append((trainer.global_step, float(value)))
 
     def describe(self) -> str | None:
-        """`val/loss fell fastest between steps 3000 and 3500 (3.41 -> 1.22): phase change at step
-        3500`, or None before two validations."""
-        if len(self.history) < 2:
+        """`Phase change: val/loss fell 3.41 -> 1.22 between steps 1000 and 1500 (...); half way at step
+        1180`, or `No phase change: ...` with the largest move and the test it failed; None before three
+        validations."""
+        if len(self.history) < 3:
             return None
         steps, values = zip(*self.history, strict=True)
-        i = steepest_change(list(steps), list(values), self.direction)
-        if i is None:
+        change = detect(self.monitor, list(steps), list(values), self.direction)
+        if change is None:
             return None
-        verb = "fell" if self.direction == "fall" else "rose"
-        return (
-            f"{self.monitor} {verb} fastest between steps {steps[i - 1]} and {steps[i]} "
-            f"({values[i - 1]:.3f} -> {values[i]:.3f}): phase change at step {steps[i]}"
-        )
+        text = change.describe()
+        return f"Phase change: {text}" if change.event else text[0].upper() + text[1:]
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         text = self.describe()
         if text is not None and trainer.is_global_zero:
-            log.info(f"Phase change: {text}")
+            log.info(text)
