@@ -130,7 +130,8 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
         assert record["scores"][name] == pytest.approx(best)
     assert record["loss"][0] == pytest.approx(torch.log(torch.tensor(32.0)).item(), abs=0.1)
     assert all(
-        set(e) == {"step", "halfway", "what"} and e["step"] in record["steps"] for e in record["events"]
+        set(e) == {"step", "halfway", "curve", "what"} and e["step"] in record["steps"]
+        for e in record["events"]
     )
     assert all(set(e) == {"curve", "what"} for e in record["no_events"])
     assert "6 snapshots, steps 0 to 20" in printed and "Events (phase changes" in printed
@@ -186,3 +187,26 @@ def test_the_run_says_whether_its_validation_metric_had_a_phase_change():
     assert resumed.history == callback.history
     with pytest.raises(ConfigError, match="direction='up' is unknown; use rise or fall"):
         PhaseChange(direction="up")
+
+
+def test_dynamics_over_a_sweep_of_seeds_says_in_how_many_each_event_appeared(tmp_path, capsys):
+    """`python train.py -m ... seed=0,1` then analysis=dynamics on the sweep: every run, and each event's
+    step as median [range] over the seeds it appeared in."""
+    sweep = tmp_path / "sweep"
+    for seed in (0, 1):
+        cfg = compose_train_config(
+            sweep / str(seed), "task=induction", f"seed={seed}", "data.train_size=640", "data.val_size=64",
+            "data.test_size=64", "model.mlp=false", "model.model_dim=16", "model.num_heads=2",
+            "trainer.max_epochs=2", "callbacks.snapshots.count=6", "~callbacks.head_metrics", base=COMMON,
+        )  # fmt: skip
+        train(cfg)
+    load_script("interpret").main([f"ckpt_path={sweep}", "analysis=dynamics", f"out_dir={tmp_path}"])
+    printed = capsys.readouterr().out
+    record = json.loads((tmp_path / "dynamics.json").read_text())
+    assert list(record) == ["runs", "events"] and list(record["runs"]) == ["0", "1"]
+    assert all(len(run["steps"]) == 6 for run in record["runs"].values())
+    for event in record["events"]:
+        assert event["of"] == 2 and 1 <= event["seeds"] <= 2 and len(event["steps"]) == event["seeds"]
+        assert event["range"][0] <= event["median"] <= event["range"][1]
+    assert "Events over 2 seeds (0, 1):" in printed and "0:\n" in printed and "1:\n" in printed
+    assert (tmp_path / "dynamics.png").stat().st_size > 10_000

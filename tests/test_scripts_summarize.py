@@ -80,3 +80,19 @@ def test_every_row_shows_the_value_its_run_used(tmp_path, capsys):
     rows = {row["run"]: row for row in csv.DictReader(csv_path.open())}
     assert {run: row["task"] for run, row in rows.items()} == {k: v["task"] for k, v in composed.items()}
     assert rows["a"]["model"] == "decoder" and rows["d"]["experiment"] == "none"
+
+
+def test_runs_that_differ_only_by_seed_are_summed_up_over_the_seeds(tmp_path, capsys):
+    """python train.py -m ... seed=0,1,2 then summarize: mean +- sd and the range of every metric, per
+    setting, over the runs whose settings differ only by their seed."""
+    sweep = tmp_path / "sweep"
+    scores = {(2, 0): 0.70, (2, 1): 0.80, (2, 2): 0.90, (4, 0): 0.95, (4, 1): 0.97}
+    for (heads, seed), acc in scores.items():
+        make_run(sweep / f"{heads}_{seed}", [f"model.num_heads={heads}", f"seed={seed}"], {"val/acc": acc})
+    load_script("summarize").main([str(sweep)])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(table(lines, "reverse: 5 run(s)")) == 5
+    seeds = {row["model.num_heads"]: row for row in table(lines, "reverse over seeds")}
+    assert seeds["2"]["runs"] == "3" and seeds["4"]["runs"] == "2"
+    assert seeds["2"]["val/acc"] == "0.8 +- 0.1 [0.7..0.9]"
+    assert seeds["4"]["val/acc"] == "0.96 +- 0.014 [0.95..0.97]"

@@ -261,21 +261,34 @@ def analyse_faithfulness(model, inputs, labels, out_dir: Path) -> None:
 
 
 def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
+    """Every measure over a run's snapshots; over a folder of runs that differ by their seed (a sweep),
+    each run's and its events over the seeds (`analysis.seeds`)."""
+    from transformer_lab import snapshots
     from transformer_lab.analysis.dynamics import over_snapshots
-    from transformer_lab.figures.dynamics import dynamics_figure
+    from transformer_lab.analysis.seeds import over_seeds
+    from transformer_lab.figures.dynamics import dynamics_figure, seeds_figure
 
     started = time.perf_counter()
-    result = over_snapshots(
-        args["ckpt_path"],
-        count,
-        pick_device(args.get("device", "auto")),
-        args.get("data_path"),
-        progress=print,
-    )
-    for line in result.summary():
-        print(line)
-    title = f"{args['ckpt_path']}: {len(result.steps)} snapshots"
-    write(out_dir, "dynamics", result.to_dict(), dynamics_figure(result, title))
+    device, location = pick_device(args.get("device", "auto")), args["ckpt_path"]
+    runs = snapshots.runs(location)
+    if len(runs) < 2:
+        result = over_snapshots(location, count, device, args.get("data_path"), progress=print)
+        for line in result.summary():
+            print(line)
+        title = f"{location}: {len(result.steps)} snapshots"
+        write(out_dir, "dynamics", result.to_dict(), dynamics_figure(result, title))
+    else:
+        results = {}
+        for run in runs:
+            print(f"{run.name}:")
+            result = over_snapshots(str(run), count, device, args.get("data_path"), progress=print)
+            for event in result.events:
+                print(f"  step {event['halfway']:>8}: {event['what']}")
+            results[run.name] = result
+        seeds = over_seeds(results)
+        for line in seeds.summary():
+            print(line)
+        write(out_dir, "dynamics", seeds.to_dict(), seeds_figure(seeds, location))
     print(f"(dynamics took {time.perf_counter() - started:.1f} s)")
 
 

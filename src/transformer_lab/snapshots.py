@@ -69,6 +69,15 @@ def find(location: str | Path) -> list[Snapshot]:
     return sorted(snapshots, key=lambda s: s.step)
 
 
+def runs(location: str | Path) -> list[Path]:
+    """The run directories with snapshots under a folder that has none of its own (a sweep of seeds:
+    `python train.py -m ... seed=0,1,2`), in order; [] for anything else."""
+    path = Path(location).expanduser()
+    if pretrained.is_pretrained(location) or not path.is_dir() or folder(path) is not None:
+        return []
+    return sorted(p.parent.parent for p in path.glob(f"*/{FOLDER}") if folder(p.parent.parent) is not None)
+
+
 def nearest(location: str | Path, step: int) -> Snapshot:
     """The snapshot of `location` nearest optimisation step `step` (the earlier one on a tie); a one-line
     error for a step before 0 or after the run's last snapshot."""

@@ -16,6 +16,7 @@ import argparse
 import csv
 import math
 import os
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,8 +200,9 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def summarize(root: Path) -> list[tuple[str, list[dict[str, str]]]]:
-    """(title, rows) for each task found under `root`."""
+def summarize(root: Path) -> list[tuple[str, list[dict[str, str]], list[dict[str, str]]]]:
+    """(title, rows) for each task found under `root`, and for each the runs that differ only by their
+    seed summed up over the seeds (`over_seeds`)."""
     runs = find_runs(root)
     tables = []
     for task in dict.fromkeys(r.task for r in runs):
@@ -208,17 +210,44 @@ def summarize(root: Path) -> list[tuple[str, list[dict[str, str]]]]:
         differing, metrics = columns(group)
         better = "highest" if group[0].mode == "max" else "lowest"
         title = f"{task}: {len(group)} run(s) under {root}, by {group[0].metric} ({better} first)"
-        tables.append((title, rows(group, differing, metrics)))
+        tables.append((title, rows(group, differing, metrics), over_seeds(group, differing, metrics)))
     return tables
 
 
-def write_csv(path: Path, tables: list[tuple[str, list[dict[str, str]]]]) -> None:
-    """All rows of all tables in one CSV file, with a `task` column."""
-    fields = list(dict.fromkeys(["task", *(h for _, table in tables for h in table[0])]))
+def over_seeds(runs: list[Run], differing: list[str], metrics: list[str]) -> list[dict[str, str]]:
+    """Where runs differ only by their seed: one row per setting (the other differing values), with how
+    many seeds finished and, per metric, the mean +- the standard deviation over them and their range
+    (min..max): how far a result moves when nothing but the seed does. Empty without such runs."""
+    if "seed" not in differing:
+        return []
+    others = [k for k in differing if k != "seed"]
+    groups: dict[tuple[str, ...], list[Run]] = {}
+    for r in runs:
+        if r.metrics is not None:
+            groups.setdefault(tuple(fmt(r.value(k)) for k in others), []).append(r)
+    table = []
+    for setting, group in groups.items():
+        if len(group) < 2:
+            continue
+        row = {"runs": str(len(group)), **dict(zip(others, setting, strict=True))}
+        for metric in metrics:
+            values = [r.metrics[metric] for r in group if isinstance(r.metrics.get(metric), int | float)]
+            if len(values) < 2:
+                row[metric] = "-"
+                continue
+            mean, sd = statistics.mean(values), statistics.stdev(values)
+            row[metric] = f"{mean:.4g} +- {sd:.2g} [{min(values):.4g}..{max(values):.4g}]"
+        table.append(row)
+    return table
+
+
+def write_csv(path: Path, tables: list[tuple[str, list[dict[str, str]], list]]) -> None:
+    """All rows of all runs' tables in one CSV file, with a `task` column."""
+    fields = list(dict.fromkeys(["task", *(h for _, table, _ in tables for h in table[0])]))
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields, restval="")
         writer.writeheader()
-        for title, table in tables:
+        for title, table, _ in tables:
             for row in table:
                 writer.writerow({"task": title.split(":")[0], **row})
 
@@ -231,7 +260,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.csv is not None:
         require(args.csv.parent.is_dir(), f"--csv {args.csv}: the directory {args.csv.parent} does not exist")
     tables = summarize(args.root)
-    print("\n\n".join(f"{title}\n{render(table)}" for title, table in tables))
+    shown = []
+    for title, table, seeds in tables:
+        shown.append(f"{title}\n{render(table)}")
+        if seeds:
+            task = title.split(":")[0]
+            shown.append(
+                f"{task} over seeds (mean +- sd [min..max] of runs that differ only by seed)\n{render(seeds)}"
+            )
+    print("\n\n".join(shown))
     if args.csv is not None:
         write_csv(args.csv, tables)
         print(f"\nwrote {args.csv}", file=sys.stderr)

@@ -50,8 +50,8 @@ class Dynamics:
             defines it), ablation (the accuracy with that head zero-ablated), and the task's per-head scores
     scores  {"<name>": [value per snapshot]}: the task's scores and the logit lens (`lens_<reading>`: the
             accuracy read from the stream after the embedding, after each block)
-    events  [{"step": int, "halfway": int, "what": str}]: the phase changes (`analysis.events`), the
-            snapshot where each ended and the step it was half way
+    events  [{"step": int, "halfway": int, "curve": str, "what": str}]: the phase changes
+            (`analysis.events`), the snapshot where each ended and the step it was half way
     no_events  [{"curve": str, "what": str}]: the largest move of each other curve, and the test it failed
     """
 
@@ -288,6 +288,6 @@ def find_events(
                     heads.append((f"{head_name(label, head)} {measure} score", values, "rise"))
     changes = [(event(name, steps, values, way), name) for name, values, way in [*curves, *heads]]
     found = sorted((c for c, _ in changes if c is not None and c.event), key=lambda c: c.halfway)
-    claimed = [{"step": c.end, "halfway": c.step, "what": c.describe()} for c in found]
+    claimed = [{"step": c.end, "halfway": c.step, "curve": c.name, "what": c.describe()} for c in found]
     none = [c for c, name in changes if c is not None and not c.event and name in {n for n, _, _ in curves}]
     return claimed, [{"curve": c.name, "what": c.describe()} for c in none]

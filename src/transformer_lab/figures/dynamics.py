@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
     from transformer_lab.analysis.dynamics import Dynamics
+    from transformer_lab.analysis.seeds import Seeds
 
 HEAD_STYLES = ("-", "--", ":")
 # One colour and line style per measure, the same in every figure (dashed: a loss, in nats); any other
@@ -159,4 +160,44 @@ def dynamics_figure(result: Dynamics, title: str) -> Figure:
     for ax in (top, middle, bottom):
         _log_steps(ax)
     _events((top, middle, bottom), result, top)
+    return fig
+
+
+def seeds_figure(seeds: Seeds, title: str) -> Figure:
+    """Runs that differ only by their seed, over their snapshots: each measure's median over the seeds
+    and the band from the lowest to the highest (each seed also as a thin line); dotted lines where the
+    events were half way, median over the seeds they appeared in."""
+    fig = Figure(figsize=(10, 7), layout="constrained")
+    top, middle = fig.subplots(2, 1, sharex=True)
+    runs = list(seeds.runs.values())
+    first = runs[0]
+    shared = all(r.steps == first.steps for r in runs)
+    curves = {"loss": [r.loss for r in runs], first.metric_name: [r.metric for r in runs]}
+    for name in first.scores:
+        if not name.startswith("lens_") and all(name in r.scores for r in runs):
+            curves[name] = [r.scores[name] for r in runs]
+    for name, series in curves.items():
+        ax = top if name in ("loss", first.metric_name) else middle
+        ax = ax.twinx() if name == first.metric_name else ax
+        colour, line = style(name)
+        for run, values in zip(runs, series, strict=True):
+            ax.plot(run.steps, values, color=colour, linestyle=line, linewidth=0.5, alpha=0.5)
+        if shared:
+            low = [min(v) for v in zip(*series, strict=True)]
+            high = [max(v) for v in zip(*series, strict=True)]
+            median = [statistics.median(v) for v in zip(*series, strict=True)]
+            ax.fill_between(first.steps, low, high, color=colour, alpha=0.2)
+            ax.plot(first.steps, median, color=colour, linestyle=line, marker=".", label=name)
+        if ax is not middle:
+            ax.set_ylabel(name, color=colour)
+        _from_zero(ax, [v for values in series for v in values], top=1.0 if not in_nats(name) else None)
+        _log_steps(ax)
+    middle.set_ylabel("score (dashed: nats)")
+    middle.legend(loc="upper left", fontsize=7, ncols=2)
+    for event in seeds.events:
+        step = statistics.median(event.steps)
+        for ax in (top, middle):
+            ax.axvline(step, color="grey", linestyle=":", linewidth=1)
+    top.set_title(f"{title}: median and range over {len(runs)} seeds")
+    middle.set_xlabel("optimisation step (log scale; 0 = the initial weights)")
     return fig
