@@ -44,6 +44,7 @@ ONLY_FOR = {  # the keys that apply to some analyses only
     "heads": ("heads",),
     "position": ("patching", "circuit"),
     **dict.fromkeys(("metric", "ablation", "threshold", "steps"), ("circuit",)),
+    "ci": ("heads", "patching", "lens", "circuit"),
 }
 DEFAULT_EXAMPLES = {
     "heads": 512,
@@ -72,6 +73,8 @@ KEYS = {
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
     "step": "run the analysis on the snapshot of the run (ckpt_path=<run dir>) nearest this step",
+    "ci": "heads, patching, lens: the level of the intervals over examples (bootstrap; default 0.95; "
+    "0: none)",
 }
 
 
@@ -100,6 +103,13 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
             f"{key}= is for analysis={' or '.join(only)}, not analysis={analysis}",
         )
     return args
+
+
+def ci_level(args: dict[str, str]) -> float:
+    """`ci=`: the level of the printed intervals (default 0.95; 0: none)."""
+    from transformer_lab.analysis.intervals import check_level
+
+    return check_level(to_number(args, "ci", float, 0.95) or 0.0)
 
 
 def parse_heads(text: str) -> list[tuple[int, int]]:
@@ -132,7 +142,7 @@ def analyse_heads(model, inputs, labels, task, args, out_dir: Path) -> None:
     heads = parse_heads(args["heads"]) if "heads" in args else []
     with as_config_error():
         interventions.check_heads(model, heads)
-    result = interventions.ablate_heads(model, inputs, labels, method=method)
+    result = interventions.ablate_heads(model, inputs, labels, method=method, level=ci_level(args))
     print(result.table())
     important = result.important()
     print(f"Heads whose removal costs more than 0.1 accuracy: {', '.join(important) or 'none'}")
@@ -190,7 +200,7 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     position = to_number(args, "position", int, 0)
     clean, corrupted = checkpoint.corrupted_pairs(count, position=position)
     with as_config_error():
-        result = interventions.activation_patching(checkpoint.model, clean, corrupted)
+        result = interventions.activation_patching(checkpoint.model, clean, corrupted, ci_level(args))
     print(
         f"{count} pairs, source token {position} changed: logit difference clean {result.clean:.2f}, "
         f"corrupted {result.corrupted:.2f}"
@@ -199,8 +209,14 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     for name, row in result.resid.items():
         best = max(range(len(row)), key=row.__getitem__)
         print(f"  {name:<36} position {best:>2}: {row[best]:6.2f}")
-    for layer, row in zip(result.layers, result.heads, strict=True):
-        print(f"  {layer:<36} " + " ".join(f"{value:6.2f}" for value in row))
+    noise = [[lo <= 0 <= hi for lo, hi in row] for row in result.head_intervals or []] or [
+        [False] * len(row) for row in result.heads
+    ]
+    for layer, row, near in zip(result.layers, result.heads, noise, strict=True):
+        cells = (f"{v:6.2f}{'~' if n else ' '}" for v, n in zip(row, near, strict=True))
+        print(f"  {layer:<36} " + " ".join(cells).rstrip())
+    if result.head_intervals is not None:
+        print(f"  (~: 0 is in its {result.level:.0%} interval over the pairs: within noise)")
     title = f"Activation patching: source token {position} changed ({count} pairs)"
     write(
         out_dir,
@@ -210,18 +226,22 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     )
 
 
-def analyse_lens(model, inputs, labels, names: list[str], out_dir: Path) -> None:
+def analyse_lens(model, inputs, labels, names: list[str], args: dict, out_dir: Path) -> None:
     import torch
 
     from transformer_lab import figures
     from transformer_lab.analysis import lens
     from transformer_lab.nn import IGNORE_INDEX
 
-    result = lens.lens_accuracy(model, inputs, labels)
+    result = lens.lens_accuracy(model, inputs, labels, ci_level(args))
     readings_at = ["embedding"] + [f"after block {i}" for i in range(len(result.layers) - 1)]
-    print("Accuracy of the prediction read from the residual stream (logit lens):")
-    for name, value in zip(readings_at, result.layers, strict=True):
-        print(f"  {name:<15} {value:.3f}")
+    level = f" ({result.level:.0%} interval over examples)" if result.intervals else ""
+    print(f"Accuracy of the prediction read from the residual stream (logit lens){level}:")
+    for i, (name, value) in enumerate(zip(readings_at, result.layers, strict=True)):
+        interval = (
+            f" [{result.intervals[i][0]:.3f}, {result.intervals[i][1]:.3f}]" if result.intervals else ""
+        )
+        print(f"  {name:<15} {value:.3f}{interval}")
     numbers = result.to_dict()
     try:
         attribution = lens.direct_logit_attribution(model, inputs, labels)
@@ -338,7 +358,7 @@ def interpret(args: dict[str, str]) -> None:
         if analysis == "heads":
             analyse_heads(model, inputs, labels, checkpoint.task, args, out_dir)
         elif analysis == "lens":
-            analyse_lens(model, inputs, labels, checkpoint.output_names, out_dir)
+            analyse_lens(model, inputs, labels, checkpoint.output_names, args, out_dir)
         else:
             from transformer_lab.interpret_circuit import grade_explanations
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from transformer_lab.analysis import intervals
 from transformer_lab.analysis.arguments import as_inputs, as_model
 from transformer_lab.nn import (
     IGNORE_INDEX,
@@ -121,13 +122,18 @@ def ablation_hooks(
 
 @dataclass
 class HeadAblation:
-    """The metric with each head ablated: `ablated[layer][head]`, next to `baseline` (nothing ablated)."""
+    """The metric with each head ablated: `ablated[layer][head]`, next to `baseline` (nothing ablated);
+    with `level`, each value's interval over the examples (`intervals[layer][head]`: [low, high]) and
+    whether its drop from the baseline is within noise (`within_noise`: the drop's interval holds 0)."""
 
     layers: list[str]
     baseline: float
     ablated: list[list[float]]
     method: str = "zero"
     metric: str = "acc"
+    level: float = 0.0
+    intervals: list[list[list[float]]] | None = None
+    within_noise: list[list[bool]] | None = None
 
     def important(self, drop: float = 0.1) -> list[str]:
         """The heads whose removal costs more than `drop` of the metric, most important first."""
@@ -139,15 +145,19 @@ class HeadAblation:
         return [label for d, label in sorted(drops, reverse=True) if d > drop]
 
     def table(self) -> str:
-        """The [layers, heads] table as text, one row per attention layer."""
+        """The [layers, heads] table as text, one row per attention layer; with intervals, a `~` after
+        the values whose drop from the baseline is within noise."""
         heads = len(self.ablated[0])
         width = max(len(name) for name in self.layers)
+        noise = self.within_noise or [[False] * heads for _ in self.layers]
+        mark = f"; ~: within the {self.level:.0%} interval over examples" if self.within_noise else ""
         lines = [
-            f"{self.metric} with one head {self.method}-ablated (baseline {self.baseline:.3f}):",
-            f"{'layer':<{width}} " + " ".join(f"{'head ' + str(h):>7}" for h in range(heads)),
+            f"{self.metric} with one head {self.method}-ablated (baseline {self.baseline:.3f}{mark}):",
+            f"{'layer':<{width}} " + " ".join(f"{'head ' + str(h):>7} " for h in range(heads)).rstrip(),
         ]
-        for name, row in zip(self.layers, self.ablated, strict=True):
-            lines.append(f"{name:<{width}} " + " ".join(f"{value:>7.3f}" for value in row))
+        for name, row, near in zip(self.layers, self.ablated, noise, strict=True):
+            cells = " ".join(f"{value:>7.3f}{'~' if n else ' '}" for value, n in zip(row, near, strict=True))
+            lines.append(f"{name:<{width}} " + cells.rstrip())
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -157,6 +167,11 @@ class HeadAblation:
             "baseline": self.baseline,
             "layers": self.layers,
             "ablated": self.ablated,
+            **(
+                {"ci": {"level": self.level, "ablated": self.intervals, "within_noise": self.within_noise}}
+                if self.intervals is not None
+                else {}
+            ),
         }
 
 
@@ -186,27 +201,46 @@ def ablate_heads(
     reference: Tensor | tuple[Tensor, ...] | None = None,
     score: Callable[[Tensor], float] | None = None,
     metric: str = "acc",
+    level: float = 0.0,
 ) -> HeadAblation:
     """The metric with each head ablated in turn, [layers, heads], and the baseline without ablation:
-    the accuracy on `labels`, or `score(logits)` (named `metric`) for any other measure."""
+    the accuracy on `labels`, or `score(logits)` (named `metric`) for any other measure. With `level`
+    (the accuracy only), each value's bootstrap interval over the examples (`analysis.intervals`) and
+    whether its drop from the baseline is within noise."""
     model = as_model(model)
     inputs = as_inputs(inputs, model)
-    if score is None:
-        if labels is None:
-            raise TypeError("ablate_heads needs the labels (or a score function of the logits)")
-        score = lambda logits: accuracy(logits, labels)  # noqa: E731
+    if score is None and labels is None:
+        raise TypeError("ablate_heads needs the labels (or a score function of the logits)")
     layers = attention_layers(model)
     reference = inputs if reference is None else as_inputs(reference, model)
     means = _reference_means(model, layers, method, reference)
-    baseline = score(_run(model, inputs))
-    ablated = [
-        [
-            score(_run(model, inputs, ablation_hooks([(i, h)], layers, means)))
-            for h in range(model.config.num_heads)
-        ]
-        for i in range(len(layers))
+    heads = model.config.num_heads
+    ablations = [[]] + [
+        ablation_hooks([(i, h)], layers, means) for i in range(len(layers)) for h in range(heads)
     ]
-    return HeadAblation(layers, baseline, ablated, method, metric)
+    labelled = None if labels is None else labels != IGNORE_INDEX
+    values, correct = [], []
+    for hooks in ablations:  # the model without ablation, then each head ablated: a score of each run
+        logits = _run(model, inputs, hooks)
+        values.append(score(logits) if score else accuracy(logits, labels))
+        if level and score is None and labels.size(0) > 1:  # over one example, a bootstrap says nothing
+            correct.append(((logits.argmax(-1) == labels) & labelled).sum(1))
+    rows = [values[1 + i * heads : 1 + (i + 1) * heads] for i in range(len(layers))]
+    result = HeadAblation(layers, values[0], rows, method, metric)
+    if correct:
+        columns = {"correct": torch.stack(correct, dim=1), "labelled": labelled.sum(1)}
+        ablated = intervals.bootstrap(columns, lambda s: s["correct"][:, 1:] / s["labelled"][:, None], level)
+        drops = intervals.bootstrap(
+            columns, lambda s: (s["correct"][:, :1] - s["correct"][:, 1:]) / s["labelled"][:, None], level
+        )
+        shape = (len(layers), heads)
+        result.level = level
+        result.intervals = torch.stack(ablated, dim=-1).view(*shape, 2).tolist()
+        result.within_noise = [
+            [intervals.within(lo, hi) for lo, hi in row]
+            for row in torch.stack(drops, dim=-1).view(*shape, 2).tolist()
+        ]
+    return result
 
 
 # ------------------------------------------------------------------------------ activation patching
@@ -220,9 +254,14 @@ def answer_positions(clean_labels: Tensor, corrupted_labels: Tensor) -> Tensor:
 
 def logit_difference(logits: Tensor, positions: Tensor, clean: Tensor, corrupted: Tensor) -> Tensor:
     """Mean over the batch of logit(clean answer) - logit(corrupted answer) at each row's position."""
+    return logit_differences(logits, positions, clean, corrupted).mean()
+
+
+def logit_differences(logits: Tensor, positions: Tensor, clean: Tensor, corrupted: Tensor) -> Tensor:
+    """Per row [B], logit(clean answer) - logit(corrupted answer) at the row's position."""
     rows = torch.arange(logits.size(0), device=logits.device)
     at = logits[rows, positions].float()
-    return (at[rows, clean] - at[rows, corrupted]).mean()
+    return at[rows, clean] - at[rows, corrupted]
 
 
 @dataclass
@@ -236,8 +275,16 @@ class Patching:
     resid: dict[str, list[float]]
     layers: list[str]
     heads: list[list[float]]
+    level: float = 0.0
+    resid_intervals: dict[str, list[list[float]]] | None = None  # [low, high] per position
+    head_intervals: list[list[list[float]]] | None = None  # [low, high] per layer and head
 
     def to_dict(self) -> dict:
+        ci = (
+            {"ci": {"level": self.level, "resid": self.resid_intervals, "heads": self.head_intervals}}
+            if self.head_intervals is not None
+            else {}
+        )
         return {
             "metric": "logit_diff",
             "clean_logit_diff": self.clean,
@@ -245,6 +292,7 @@ class Patching:
             "resid": self.resid,
             "layers": self.layers,
             "heads": self.heads,
+            **ci,
         }
 
 
@@ -275,9 +323,11 @@ def activation_patching(
     model: TokenModel,
     clean: tuple[tuple[Tensor, ...], Tensor],
     corrupted: tuple[tuple[Tensor, ...], Tensor],
+    level: float = 0.0,
 ) -> Patching:
     """Patch every residual-stream position of every layer, and every head's z, from the clean run into
-    the corrupted run; report the share of the clean logit difference each patch restores.
+    the corrupted run; report the share of the clean logit difference each patch restores, and with
+    `level` its bootstrap interval over the pairs (`analysis.intervals`).
 
     `clean` and `corrupted` are (inputs, labels) of the same shapes, differing in a token (a task's
     `corrupted_pairs`). The logit difference is read at each row's first output the corruption changes.
@@ -289,8 +339,11 @@ def activation_patching(
     rows = torch.arange(len(positions))
     good_answer, bad_answer = clean_labels[rows, positions], bad_labels[rows, positions]
 
-    def difference(logits: Tensor) -> float:
-        return float(logit_difference(logits, positions, good_answer, bad_answer))
+    per_row: dict[str, Tensor] = {}  # every run's logit differences per pair, by name
+
+    def difference(logits: Tensor, name: str) -> float:
+        per_row[name] = logit_differences(logits, positions, good_answer, bad_answer)
+        return float(per_row[name].mean())
 
     streams = residual_hooks(model)
     layers = attention_layers(model)
@@ -298,27 +351,42 @@ def activation_patching(
     with evaluating(model):
         wanted = set(streams) | set(z_names)
         logits, cache = model.run_with_cache(*clean_inputs, names_filter=lambda n: n in wanted)
-        clean_diff, bad_diff = difference(logits), difference(_run(model, bad_inputs))
+        clean_diff, bad_diff = difference(logits, "clean"), difference(_run(model, bad_inputs), "corrupted")
         scale = clean_diff - bad_diff
         if abs(scale) < 1e-6:
             raise ValueError(
                 "the clean and corrupted inputs give the same logit difference: nothing to restore"
             )
 
-        def restored(hook: tuple[str, Callable]) -> float:
-            return (difference(_run(model, bad_inputs, [hook])) - bad_diff) / scale
+        def restored(hook: tuple[str, Callable], key: str) -> float:
+            return (difference(_run(model, bad_inputs, [hook]), key) - bad_diff) / scale
 
         resid = {
             name: [
-                restored(patch_hook(name, cache[name], (slice(None), p))) for p in range(cache[name].size(1))
+                restored(patch_hook(name, cache[name], (slice(None), p)), f"{name}:{p}")
+                for p in range(cache[name].size(1))
             ]
             for name in streams
         }
         heads = [
             [
-                restored(patch_hook(name, cache[name], (slice(None), slice(None), h)))
+                restored(patch_hook(name, cache[name], (slice(None), slice(None), h)), f"{name}:{h}")
                 for h in range(model.config.num_heads)
             ]
             for name in z_names
         ]
-    return Patching(clean_diff, bad_diff, resid, layers, heads)
+    result = Patching(clean_diff, bad_diff, resid, layers, heads)
+    if level and len(positions) > 1:
+        keys = [k for k in per_row if ":" in k]
+        columns = {"patched": torch.stack([per_row[k] for k in keys], dim=1), **per_row}
+        low, high = intervals.bootstrap(
+            {k: columns[k] for k in ("patched", "clean", "corrupted")},
+            lambda s: (s["patched"] - s["corrupted"][:, None]) / (s["clean"] - s["corrupted"])[:, None],
+            level,
+        )
+        found = dict(zip(keys, torch.stack([low, high], dim=-1).tolist(), strict=True))
+        result.level = level
+        result.resid_intervals = {n: [found[f"{n}:{p}"] for p in range(len(resid[n]))] for n in streams}
+        heads_count = model.config.num_heads
+        result.head_intervals = [[found[f"{n}:{h}"] for h in range(heads_count)] for n in z_names]
+    return result

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from transformer_lab.analysis import intervals
 from transformer_lab.analysis.arguments import as_inputs, as_model
 from transformer_lab.analysis.interventions import accuracy
 from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
@@ -46,18 +47,33 @@ def logit_lens(model: TokenModel, inputs: Tensor | tuple[Tensor, ...]) -> list[T
 
 @dataclass
 class Lens:
-    """The metric read at every layer (`layers[0]`: the embedding, `layers[-1]`: the model's output)."""
+    """The metric read at every layer (`layers[0]`: the embedding, `layers[-1]`: the model's output);
+    with `level`, each one's bootstrap interval over the examples ([low, high])."""
 
     layers: list[float]
     metric: str = "acc"
+    level: float = 0.0
+    intervals: list[list[float]] | None = None
 
     def to_dict(self) -> dict:
-        return {"metric": self.metric, "layers": self.layers}
+        ci = {"ci": {"level": self.level, "layers": self.intervals}} if self.intervals is not None else {}
+        return {"metric": self.metric, "layers": self.layers, **ci}
 
 
-def lens_accuracy(model: TokenModel, inputs: Tensor | tuple[Tensor, ...], labels: Tensor) -> Lens:
-    """Accuracy of the prediction read at each layer; the last entry is the model's own accuracy."""
-    return Lens([accuracy(logits, labels) for logits in logit_lens(model, inputs)])
+def lens_accuracy(
+    model: TokenModel, inputs: Tensor | tuple[Tensor, ...], labels: Tensor, level: float = 0.0
+) -> Lens:
+    """Accuracy of the prediction read at each layer; the last entry is the model's own accuracy. With
+    `level`, each one's bootstrap interval over the examples (`analysis.intervals`)."""
+    readings = logit_lens(model, inputs)
+    result = Lens([accuracy(logits, labels) for logits in readings])
+    if level and labels.size(0) > 1:  # over one example, a bootstrap says nothing
+        labelled = labels != IGNORE_INDEX
+        correct = torch.stack([((r.argmax(-1) == labels) & labelled).sum(1) for r in readings], dim=1)
+        columns = {"correct": correct, "labelled": labelled.sum(1)}
+        low, high = intervals.bootstrap(columns, lambda s: s["correct"] / s["labelled"][:, None], level)
+        result.level, result.intervals = level, torch.stack([low, high], dim=-1).tolist()
+    return result
 
 
 def _check_linear_readout(model: TokenModel) -> nn.Linear:

@@ -1,0 +1,61 @@
+"""Intervals over examples: how much a score would move on other examples of the same task.
+
+A score here is a statistic of sums over examples: an accuracy (correct outputs / labelled outputs), a
+mean logit difference, a share restored (a difference of means over another). The bootstrap resamples the
+N examples with replacement R times, recomputes the statistic from the resampled sums, and reports the
+middle `level` of the R values (the percentile interval, Efron's simplest):
+
+    low, high = intervals.bootstrap({"correct": correct, "labelled": labelled},
+                                    lambda s: s["correct"] / s["labelled"])
+
+Every statistic of one call sees the same resamples, so the interval of a difference (a head's accuracy
+drop: baseline minus ablated) accounts for the two being measured on the same examples. Resamples come
+from a fixed seed: the same interval every time for the same numbers.
+"""
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from transformer_lab.errors import require
+
+RESAMPLES = 1000
+CHUNK = 100  # resamples at a time: [CHUNK, N, ...] values in memory
+
+
+def check_level(level: float) -> float:
+    """`ci=` as a level in (0, 1), or 0: no interval."""
+    require(
+        isinstance(level, int | float) and (level == 0 or 0 < level < 1),
+        f"ci={level!r} must be a level between 0 and 1 such as 0.95 (or 0: no intervals)",
+    )
+    return float(level)
+
+
+def bootstrap(
+    columns: dict[str, Tensor],
+    statistic: Callable[[dict[str, Tensor]], Tensor],
+    level: float = 0.95,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """(low, high) of `statistic(sums)` over bootstrap resamples of the examples: every column is
+    per example (its first dimension, N rows), and `statistic` maps the columns' sums over a resample
+    ([R, ...] each) to its values [R, ...]."""
+    n = next(iter(columns.values())).size(0)
+    generator = torch.Generator().manual_seed(seed)
+    values = []
+    for start in range(0, resamples, CHUNK):
+        rows = torch.randint(n, (min(CHUNK, resamples - start), n), generator=generator)
+        sums = {name: column.detach().double().cpu()[rows].sum(dim=1) for name, column in columns.items()}
+        values.append(statistic(sums))
+    values = torch.cat(values)
+    quantiles = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=values.dtype)
+    low, high = torch.quantile(values, quantiles, dim=0)
+    return low, high
+
+
+def within(low: float, high: float, value: float = 0.0) -> bool:
+    """Whether `value` (a difference of 0, by default) lies in the interval: a difference within noise."""
+    return low <= value <= high
