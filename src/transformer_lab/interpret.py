@@ -44,7 +44,7 @@ ONLY_FOR = {  # the keys that apply to some analyses only
     "heads": ("heads",),
     "position": ("patching", "circuit"),
     **dict.fromkeys(("metric", "ablation", "threshold", "steps"), ("circuit",)),
-    "ci": ("heads", "patching", "lens", "circuit"),
+    "ci": ("heads", "patching", "lens", "faithfulness", "circuit"),
 }
 DEFAULT_EXAMPLES = {
     "heads": 512,
@@ -73,8 +73,8 @@ KEYS = {
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
     "step": "run the analysis on the snapshot of the run (ckpt_path=<run dir>) nearest this step",
-    "ci": "heads, patching, lens: the level of the intervals over examples (bootstrap; default 0.95; "
-    "0: none)",
+    "ci": "heads, patching, lens, faithfulness: the level of the intervals over examples (bootstrap; "
+    "default 0.95; 0: none)",
 }
 
 
@@ -264,12 +264,12 @@ def analyse_lens(model, inputs, labels, names: list[str], args: dict, out_dir: P
     write(out_dir, "lens", numbers, figures.logit_lens(probability, predicted, tokens, title))
 
 
-def analyse_faithfulness(model, inputs, labels, out_dir: Path) -> None:
+def analyse_faithfulness(model, inputs, labels, args: dict, out_dir: Path) -> None:
     from transformer_lab import figures
     from transformer_lab.analysis import faithfulness
 
     with as_config_error():
-        result = faithfulness.deletion_curves(model, inputs, labels)
+        result = faithfulness.deletion_curves(model, inputs, labels, level=ci_level(args))
     print(result.table())
     title = f"Deletion curves ({result.outputs} outputs)"
     write(
@@ -362,7 +362,7 @@ def interpret(args: dict[str, str]) -> None:
         else:
             from transformer_lab.interpret_circuit import grade_explanations
 
-            analyse_faithfulness(model, inputs, labels, out_dir)
+            analyse_faithfulness(model, inputs, labels, args, out_dir)
             grade_explanations(checkpoint, args, inputs, labels, out_dir)  # an answer key's rows
     print(f"({analysis} took {time.perf_counter() - started:.1f} s)")
 

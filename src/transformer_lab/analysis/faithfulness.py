@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from transformer_lab.analysis import explain
+from transformer_lab.analysis import explain, intervals
 from transformer_lab.analysis.arguments import as_inputs, as_model
 from transformer_lab.nn import IGNORE_INDEX, HookPoint, Specials, TokenModel, evaluating
 
@@ -46,15 +46,31 @@ class Faithfulness:
     curves: dict[str, list[float]]
     auc: dict[str, float]
     outputs: int  # how many (example, output) pairs were averaged
+    level: float = 0.0
+    intervals: dict[str, list[float]] | None = None  # each AUC's [low, high] over the outputs
+    ties: list[str] | None = None  # the methods whose AUC is within noise of the lowest (a paired interval)
 
     def to_dict(self) -> dict:
-        return {"auc": self.auc, "fractions": self.fractions, "curves": self.curves, "outputs": self.outputs}
+        ci = {"ci": {"level": self.level, "auc": self.intervals}} if self.intervals is not None else {}
+        return {
+            "auc": self.auc,
+            "fractions": self.fractions,
+            "curves": self.curves,
+            "outputs": self.outputs,
+            **ci,
+        }
 
     def table(self) -> str:
+        """The areas, lowest first; with intervals, each one's and a `~` where it is within noise of the
+        lowest (their paired difference's interval holds 0)."""
         best = min(self.auc, key=self.auc.get)
-        lines = [f"Deletion AUC over {self.outputs} outputs (lower = more faithful):"]
+        level = f"; [{self.level:.0%} interval], ~: within noise of the lowest" if self.intervals else ""
+        lines = [f"Deletion AUC over {self.outputs} outputs (lower = more faithful{level}):"]
         for method, area in sorted(self.auc.items(), key=lambda item: item[1]):
-            lines.append(f"  {method:<10} {area:.3f}{'   <- most faithful' if method == best else ''}")
+            low, high = (self.intervals or {}).get(method, (0.0, 0.0))
+            interval = f" [{low:.3f}, {high:.3f}]" if self.intervals else ""
+            mark = " ~" if method in (self.ties or []) else "   <- most faithful" if method == best else ""
+            lines.append(f"  {method:<10} {area:.3f}{interval}{mark}")
         return "\n".join(lines)
 
 
@@ -181,9 +197,11 @@ def deletion_curves(
     labels: Tensor,
     methods: tuple[str, ...] = METHODS,
     seed: int = 0,
+    level: float = 0.0,
 ) -> Faithfulness:
     """Deletion curves and their areas for each method, averaged over every labelled output of the batch
-    (a language model: each sequence's last prediction). `inputs` and `labels` as the task lays them out."""
+    (a language model: each sequence's last prediction). `inputs` and `labels` as the task lays them out.
+    With `level`, each area's bootstrap interval over the outputs (`analysis.intervals`)."""
     model = as_model(model)
     inputs = as_inputs(inputs, model)
     with evaluating(model):
@@ -221,12 +239,25 @@ def deletion_curves(
                     x = np.linspace(0.0, 1.0, len(curve))
                     curves[method].append(np.interp(FRACTIONS, x, curve.numpy()))
                     areas[method].append(float(np.trapezoid(curve.numpy(), x)))
-    return Faithfulness(
+    result = Faithfulness(
         fractions=FRACTIONS.tolist(),
         curves={method: np.mean(c, axis=0).tolist() for method, c in curves.items()},
         auc={method: float(np.mean(a)) for method, a in areas.items()},
         outputs=len(outputs),
     )
+    if level and len(outputs) > 1:
+        table = torch.tensor([areas[method] for method in methods]).T  # [outputs, methods]
+        low, high = intervals.bootstrap({"auc": table}, lambda s: s["auc"] / len(outputs), level)
+        result.level = level
+        result.intervals = {m: [float(lo), float(hi)] for m, lo, hi in zip(methods, low, high, strict=True)}
+        best = methods.index(min(result.auc, key=result.auc.get))
+        low, high = intervals.bootstrap(
+            {"auc": table}, lambda s: (s["auc"] - s["auc"][:, best : best + 1]) / len(outputs), level
+        )
+        result.ties = [
+            m for i, m in enumerate(methods) if i != best and intervals.within(float(low[i]), float(high[i]))
+        ]
+    return result
 
 
 def alignment_auc(
