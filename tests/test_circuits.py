@@ -240,5 +240,6 @@ def test_a_method_of_one_pass_per_edge_estimates_its_time_and_refuses_past_the_l
     model = _model("decoder")
     (clean, labels), (bad, bad_labels) = _pairs("decoder")
     bound = "up to" if method == "acdc" else "about"
-    with pytest.raises(ConfigError, match=rf"method={method} would take {bound} 0 s here \(\d+ edges x "):
+    # (how long: 0 s on an idle machine; a busy one takes seconds over 61 patched passes)
+    with pytest.raises(ConfigError, match=rf"method={method} would take {bound} \d+ s here \(\d+ edges x "):
         circuits.discover(model, clean, labels, (bad, bad_labels), method=method, max_seconds=1e-9)

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformer_lab.training.schedulers import ConstantWarmupScheduler
 
 from tests.conftest import COMMON, compose_train_config, gpt_decoder, predictor_like
 from transformer_lab import TransformerPredictor, pretrained
@@ -16,7 +17,6 @@ from transformer_lab.data import ModularAdditionDataModule
 from transformer_lab.errors import ConfigError
 from transformer_lab.nn import IGNORE_INDEX
 from transformer_lab.train import train
-from transformer_lab.training.schedulers import ConstantWarmupScheduler
 
 P = 13
 

@@ -92,8 +92,8 @@ def test_exact_patching_of_a_large_model_says_how_long_and_suggests_eap(
 ):
     from transformer_lab.analysis import circuits
 
-    original = circuits.score_patching
-    monkeypatch.setattr(circuits, "score_patching", lambda setup, max_seconds=600.0: original(setup, 1e-6))
+    original = circuits.discover  # the analysis, with a time limit of a microsecond
+    monkeypatch.setattr(circuits, "discover", lambda *args, **kw: original(*args, **kw, max_seconds=1e-6))
     with pytest.raises(SystemExit) as exit_info:
         run(script.main, ["ckpt_path=pretrained:key_reverse", "analysis=circuit", "method=patching",
                           "num_examples=8", f"out_dir={tmp_path}"])  # fmt: skip

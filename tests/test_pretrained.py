@@ -8,11 +8,11 @@ import sys
 
 import pytest
 import torch
+from transformer_lab.checkpoints import read_checkpoint, task_from_checkpoint, tokenizer_from_checkpoint
 
 import transformer_lab
 from tests.conftest import ROOT, run_cli
 from transformer_lab import TransformerPredictor, load_model, pretrained
-from transformer_lab.checkpoints import read_checkpoint, task_from_checkpoint, tokenizer_from_checkpoint
 from transformer_lab.errors import ConfigError
 from transformer_lab.nn import DecoderLM, EncoderClassifier, EncoderDecoder
 from transformer_lab.training.checkpoint_io import SHIPPED_KEYS, shippable

@@ -17,8 +17,8 @@ a figure and the numbers to `out_dir`:
     patching      patching.png, patching.json   share of the clean logit difference each patch restores
     lens          lens.png, lens.json           accuracy read at every layer (+ direct logit attribution)
     faithfulness  faithfulness.png, .json       deletion curves and their areas per explanation method
-    circuit       circuit.png, .svg, .json      the edges (nodes) that carry the task: eap | eap_ig | patching
-                                                | acdc, faithfulness of the top-k (docs/circuits.md)
+    circuit       circuit.png, .svg, .json      the edges (nodes) that carry the task, scored by a registered
+                                                method (method=), faithfulness of the top-k (docs/circuits.md)
     dynamics      dynamics.png, dynamics.json   the measures of every snapshot of a run, and its phase changes
 
 `step=N` runs an analysis on the snapshot of the run (ckpt_path=<run dir>) nearest step N.
@@ -60,8 +60,8 @@ KEYS = {
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
     "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16, "
     "dynamics 256)",
-    "method": "heads: zero | mean ablation (default zero); circuit: eap | eap_ig | patching | acdc (default "
-    "eap, or eap_ig with metric=kl)",
+    "method": "heads: zero | mean ablation (default zero); circuit: {circuit_methods} (default eap, or "
+    "eap_ig with metric=kl)",  # the registry's methods when the help is shown: keys()
     "metric": "circuit: logit_diff | kl (default: logit_diff where the corruption changes the answer)",
     "ablation": "circuit: what an edge outside the circuit carries: corrupted | zero | mean (default "
     "corrupted)",
@@ -78,8 +78,15 @@ KEYS = {
 }
 
 
+def keys() -> dict[str, str]:
+    """KEYS with the circuit methods registered now (`analysis.circuits.METHODS`, read without torch)."""
+    from transformer_lab.analysis.circuits import METHODS
+
+    return KEYS | {"method": KEYS["method"].format(circuit_methods=" | ".join(METHODS.names()))}
+
+
 def parse_args(argv: list[str] | None) -> dict[str, str]:
-    args = parse_key_values(argv, KEYS, __doc__)
+    args = parse_key_values(argv, keys(), __doc__)
     require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
     analysis = args.get("analysis")
     require(analysis is not None, f"missing analysis=...; use analysis={' | '.join(ANALYSES)}")

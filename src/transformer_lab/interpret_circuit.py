@@ -6,7 +6,8 @@
 
 On the first `num_examples` test examples and their corruption (the task's `corrupted_pairs`; `position=`
 picks what it changes), `transformer_lab.analysis.circuits` scores every edge (pre-norm models) or node
-(post-norm ones) with `method=`, evaluates the top-k circuits and finds the smallest reaching 0.9
+(post-norm ones) with `method=` (a method of the registry, `analysis.circuits.METHODS`: the built-in ones
+and any a module of your own registers), evaluates the top-k circuits and finds the smallest reaching 0.9
 faithfulness. Writes circuit.json (method, metric, level, num_examples, seconds, nodes, edges,
 node_scores, faithfulness, circuit, and answer_key_auc for a hand-built answer key), circuit.png and
 circuit.svg (the layered graph and the faithfulness curve), and prints a summary.
@@ -18,47 +19,26 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from transformer_lab.analysis.circuits import methods, options  # no torch: the registry and the choices
 from transformer_lab.cli import to_number
-from transformer_lab.errors import ConfigError, as_config_error, require
+from transformer_lab.errors import ConfigError, as_config_error
 
 if TYPE_CHECKING:
-    from transformer_lab.analysis.circuits import Circuit
+    from transformer_lab.analysis.circuits.evaluation import Circuit
     from transformer_lab.checkpoint import Checkpoint
 
-METHODS = ("eap", "eap_ig", "patching", "acdc")  # analysis.circuits.METHODS, checked before torch loads
-METRICS = ("logit_diff", "kl")
-ABLATIONS = ("corrupted", "zero", "mean")
 SHOWN = 8  # strongest edges (nodes) printed
-MAX_STEPS = 1000  # eap_ig integration steps: papers use 5-100
 
 
 def check_args(args: dict[str, str]) -> None:
-    """The circuit's own arguments, before anything is loaded."""
-    method = args.get("method", "eap")
-    require(
-        method in METHODS,
-        f"method={method} is unknown for analysis=circuit; use method={' | '.join(METHODS)}",
-    )
-    require(
-        args.get("metric", "logit_diff") in METRICS,
-        f"metric={args.get('metric')} is unknown; use metric={' | '.join(METRICS)}",
-    )
-    require(
-        args.get("ablation", "corrupted") in ABLATIONS,
-        f"ablation={args.get('ablation')} is unknown; use ablation={' | '.join(ABLATIONS)}",
-    )
-    threshold = to_number(args, "threshold", float, 0.01)
-    require(
-        0 < threshold < 1,
-        f"threshold={args.get('threshold')} is out of range: it is a share of |M(clean) - M(all patched)|, "
-        "between 0 and 1 (default 0.01)",
-    )
-    steps = to_number(args, "steps", int, 5)
-    require(
-        steps is not None and 1 <= steps <= MAX_STEPS,
-        f"steps={args.get('steps')} must be an integer from 1 to {MAX_STEPS} (default 5; each step is a "
-        "forward and backward pass)",
-    )
+    """The circuit's own arguments, before anything is loaded: the method against the registry (as it is
+    when this runs: a method registered by a module of your own counts), the metric, the ablation and the
+    options."""
+    methods.require_method(args.get("method", "eap"), " for analysis=circuit")
+    options.require_metric(args.get("metric", "logit_diff"))
+    options.require_ablation(args.get("ablation", "corrupted"))
+    options.require_threshold(to_number(args, "threshold", float, 0.01))
+    options.require_steps(to_number(args, "steps", int, 5))
 
 
 def _pairs(checkpoint: Checkpoint, count: int, args: dict[str, str], needs_corruption: bool) -> tuple:

@@ -65,10 +65,14 @@ class Seeds:
 
 
 def over_seeds(runs: dict[str, Dynamics]) -> Seeds:
-    """The events of every curve over the runs, in order of their median step."""
+    """The events of every curve over the runs, in order of their median step. One head's events are left
+    out: which head of a layer takes a role differs from seed to seed (L1H0 in one, L1H1 in the next),
+    the task's score of the best head says it for all of them."""
     found: dict[str, list[int]] = {}
     for result in runs.values():
+        heads = {f"{name} {m} score" for row in result.head_names() for name in row for m in result.own_heads}
         for event in result.events:
-            found.setdefault(event["curve"], []).append(event["halfway"])
+            if event["curve"] not in heads:
+                found.setdefault(event["curve"], []).append(event["halfway"])
     events = [SeedEvent(curve, len(steps), len(runs), sorted(steps)) for curve, steps in found.items()]
     return Seeds(runs, sorted(events, key=lambda e: statistics.median(e.steps)))

@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 if TYPE_CHECKING:
-    from transformer_lab.analysis.circuits import Circuit
+    from transformer_lab.analysis.circuits.evaluation import Circuit
 
 PART_COLOURS = {"q": "tab:blue", "k": "tab:green", "v": "tab:orange", "": "0.35"}
 MAX_FAINT = 30  # strongest edges outside the circuit drawn faintly

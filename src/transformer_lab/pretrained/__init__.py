@@ -132,5 +132,8 @@ def headline(name: str) -> str:
     return "  ".join(shown) or "(not measured)"
 
 
-# `pretrained.evaluate` of earlier versions, with a DeprecationWarning: it lives in evaluation.py
-__getattr__ = deprecated.forward(__name__, "transformer_lab.pretrained.evaluation")
+def __getattr__(name: str) -> object:
+    """`pretrained.evaluate` of earlier versions, with a DeprecationWarning: it lives in evaluation.py."""
+    if name != "evaluate":
+        raise AttributeError(f"module 'transformer_lab.pretrained' has no attribute {name!r}")
+    return deprecated.forward(__name__, "transformer_lab.pretrained.evaluation")(name)
