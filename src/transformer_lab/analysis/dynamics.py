@@ -53,6 +53,8 @@ class Dynamics:
     events  [{"step": int, "halfway": int, "curve": str, "what": str}]: the phase changes
             (`analysis.events`), the snapshot where each ended and the step it was half way
     no_events  [{"curve": str, "what": str}]: the largest move of each other curve, and the test it failed
+    halfway {"<curve>": step}: where the loss, the accuracy and each task score got half way from their
+            first value to their extreme (`analysis.events.halfway`: the running median of 3), events or not
     """
 
     steps: list[int]
@@ -62,6 +64,7 @@ class Dynamics:
     scores: dict[str, list[float]] = field(default_factory=dict)
     events: list[dict] = field(default_factory=list)
     no_events: list[dict] = field(default_factory=list)  # each other curve's largest move, and why not
+    directions: dict[str, str] = field(default_factory=dict)  # the task's scores that move otherwise
     layers: list[str] = field(default_factory=list)  # the attention layers' labels (L0, L1, ...)
     metric_name: str = "acc"
     own_heads: list[str] = field(default_factory=list)  # the task's own per-head measures (induction, ...)
@@ -79,6 +82,22 @@ class Dynamics:
             "scores": self.scores,
             "events": self.events,
             "no_events": self.no_events,
+            "halfway": self.halfway(),
+        }
+
+    def curves(self) -> dict[str, tuple[list[float], str]]:
+        """The loss, the accuracy and the task's scores (not the lens), each with its direction."""
+        found = {"loss": (self.loss, "fall"), self.metric_name: (self.metric, "rise")}
+        for name, values in self.scores.items():
+            if not name.startswith("lens_"):
+                found[name] = (values, self.directions.get(name) or direction_of(name))
+        return found
+
+    def halfway(self) -> dict[str, float | None]:
+        """Where each curve got half way from its first value to its extreme (`events.halfway`)."""
+        return {
+            name: (None if (h := events.halfway(self.steps, values, way)) is None else round(h))
+            for name, (values, way) in self.curves().items()
         }
 
     def summary(self) -> list[str]:
@@ -92,6 +111,9 @@ class Dynamics:
         lines.append("Events (phase changes: large, beyond the noise, sudden and kept; analysis.events):")
         lines += [f"  step {e['halfway']:>8}: {e['what']}" for e in self.events] or ["  none"]
         lines += [f"  {e['what']}" for e in self.no_events]
+        halfway = [f"{name} {step}" for name, step in self.halfway().items() if step is not None]
+        lines.append("Half way from the first value to the extreme (running median of 3), by step:")
+        lines.append("  " + ", ".join(halfway))
         return lines
 
     def head_names(self) -> list[list[str]]:
@@ -259,6 +281,7 @@ def over_snapshots(
             del checkpoint.model  # one snapshot's model in memory at a time (the final one is kept)
     result.notes = own.notes()
     result.own_heads = [m.name for m in chosen if m.task and m.name in result.heads]
+    result.directions = dict(own.directions)
     result.events, result.no_events = find_events(result, result.own_heads, directions=own.directions)
     return result
 

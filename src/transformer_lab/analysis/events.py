@@ -113,6 +113,24 @@ def _halfway(steps: Sequence[int], curve: Sequence[float], i: int, j: int, sign:
     return float(steps[j])
 
 
+def halfway(steps: Sequence[int], values: Sequence[float], direction: str) -> float | None:
+    """The step at which a curve, smoothed by the running median of 3 (one spiking snapshot cannot move
+    it), first got half way from its first value to its extreme over the run (the highest for `rise`,
+    the lowest for `fall`), interpolated in log(step): which of several curves moved first, whether or not
+    either was a phase change. None for a curve that never moves that way."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction={direction!r}: use rise or fall")
+    points = [(s, v) for s, v in zip(steps, values, strict=True) if v is not None and math.isfinite(v)]
+    if len(points) < 2:
+        return None
+    steps, curve = [s for s, _ in points], smoothed([v for _, v in points])
+    sign = 1.0 if direction == "rise" else -1.0
+    extreme = max(curve, key=lambda v: sign * v)
+    if sign * (extreme - curve[0]) <= 0:
+        return None
+    return _halfway(steps, curve, 0, curve.index(extreme), sign)
+
+
 def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: str) -> Change | None:
     """The largest move of `values` over `steps` in `direction` (`rise` or `fall`) and whether it is a
     phase change (see the module docstring); None for fewer than three finite values or no move at all."""

@@ -11,9 +11,10 @@ from transformer_lab.errors import require
 if TYPE_CHECKING:
     from torch import Tensor
 
-METRICS = ("logit_diff", "kl")  # M: see metrics.py
+METRICS = ("logit_diff", "logprob", "kl")  # M: see metrics.py
 ABLATIONS = ("corrupted", "zero", "mean")  # what a patched unit carries: see patcher.py
 MAX_STEPS = 1000  # eap_ig integration steps: papers use 5-100
+VERIFY = 20  # an estimate's top units checked by exact patching (verify=; 0: none)
 
 
 @dataclass(frozen=True)
@@ -31,10 +32,14 @@ class Options:
 @dataclass
 class Scores:
     """What a method returns: `scores` [units], per unit (edge, or node at node level) the (estimated)
-    change of M when it alone is patched; `kept`: bool [units], the units a pruning method (acdc) kept."""
+    change of M when it alone is patched; `kept`: bool [units], the units a pruning method (acdc) kept;
+    `per_example` [B, units], optional: each example's share of the scores (its rows sum to `scores`;
+    `Setup.evaluate(..., per_example=True)` and the metric's `contributions` give such shares), from
+    which `discover` bootstraps the scores' intervals over the examples."""
 
     scores: Tensor
     kept: Tensor | None = None
+    per_example: Tensor | None = None
 
 
 def _shown(value: object) -> str:
@@ -49,6 +54,15 @@ def require_metric(metric: object) -> None:
 def require_ablation(ablation: object) -> None:
     """What a patched unit carries (patcher.py)."""
     require(ablation in ABLATIONS, f"ablation={ablation} is unknown; use ablation={' | '.join(ABLATIONS)}")
+
+
+def require_verify(verify: object) -> None:
+    """`verify=K`: how many of an estimate's top units exact patching checks, an integer >= 0."""
+    require(
+        isinstance(verify, int) and not isinstance(verify, bool) and verify >= 0,
+        f"verify={_shown(verify)} must be an integer >= 0: the top edges checked by exact patching "
+        f"(default {VERIFY}; 0: none)",
+    )
 
 
 def require_steps(steps: object) -> None:
