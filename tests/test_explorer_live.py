@@ -457,12 +457,17 @@ def test_removing_a_head_updates_the_views_and_the_url_restores_them(reverse_pag
     )
     assert torch.tensor(page_top).argmax(-1).tolist() == logits.argmax(-1).tolist()
     assert live.page.locator(".model-grid .heatmap.removed").count() == 1
-    live.open(live.page.url)  # a reload of the bookmarked URL
+    url = live.page.url
+    live.page.goto("about:blank")  # a fresh load of the bookmarked URL, not only a change of its fragment
+    live.open(url)
     live.page.wait_for_function("(window.transformerLab.updates || 0) > 0")
     assert live.page.input_value("#input-box") == text
     assert live.page.get_attribute(".head-toggle[data-layer='0'][data-head='3']", "aria-pressed") == "true"
-    assert live.page.is_visible("#view-model") and live.page.input_value("#layer-select") == "0"
-    assert live.page.locator(".model-grid .heatmap.removed").count() == 1
+    assert (
+        live.page.is_visible("#view-model") and live.page.locator(".model-grid .heatmap.removed").count() == 1
+    )
+    live.page.click(".tab[data-view='head']")  # the head view shows the fragment's layer
+    assert live.page.input_value("#layer-select") == "0"
     assert live.errors == []
 
 

@@ -32,7 +32,7 @@
 
   // ---------------------------------------------------------------------------------------- helpers
   const SHOWN_AS = { "\n": "⏎", " ": "␣", "\t": "⇥", "": "∅" };
-  const shown = (token) => (token in SHOWN_AS ? SHOWN_AS[token] : token);
+  const shown = (token) => (Object.hasOwn(SHOWN_AS, token) ? SHOWN_AS[token] : token);
 
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
@@ -511,7 +511,8 @@
     column("query", rows);
     column("key", cols);
     head = { lines, groups, xL, xR, top, kind: k.name, tokenW, rows: rows.length, cols: cols.length };
-    state.selected = state.selected && state.selected.index < (state.selected.side === "query" ? rows.length : cols.length) ? state.selected : null;
+    const sel = state.selected;
+    state.selected = sel && Number.isInteger(sel.index) && sel.index >= 0 && sel.index < (sel.side === "query" ? rows.length : cols.length) ? sel : null;
     drawLines();
     timings.head = performance.now() - t0;
   }
@@ -1196,7 +1197,7 @@
   const KIND_VIEWS = ["head", "model"]; // the views that show one kind of attention
 
   function show(view) {
-    if (!DRAW[view] || (view === "patching" && !live)) view = "head";
+    if (!Object.hasOwn(DRAW, view) || (view === "patching" && !live)) view = "head";
     state.view = view;
     for (const tab of document.querySelectorAll(".tab")) tab.setAttribute("aria-selected", tab.dataset.view === view);
     for (const section of document.querySelectorAll(".view")) section.hidden = section.dataset.view !== view;
@@ -1819,8 +1820,10 @@
       return;
     }
     const count = Math.min(room, Math.max(1, Number($("gen-count").value) || 1));
-    const temperature = Math.max(0, Number($("gen-temperature").value) || 0);
-    const topK = Number($("gen-top-k").value) > 0 ? Number($("gen-top-k").value) : null;
+    const typed = Number($("gen-temperature").value);
+    const temperature = Number.isFinite(typed) && typed > 0 ? typed : 0;
+    const k = Math.floor(Number($("gen-top-k").value));
+    const topK = k > 0 ? k : null;
     const t0 = performance.now();
     const out = model.generate(tokens, count, { temperature, topK, ablate: removedPairs(), ablation: live.method });
     api.generateMs = performance.now() - t0;
@@ -1833,8 +1836,10 @@
   // ------------------------------------------------------------------------------ the step slider
   async function setStep(index) {
     live.step = index;
-    $("step-slider").value = index;
-    $("step-value").textContent = live.series.labels[index];
+    if (live.series) {
+      $("step-slider").value = index;
+      $("step-value").textContent = live.series.labels[index];
+    }
     live.tableRecomputed = false;
     await update();
   }
@@ -1863,14 +1868,164 @@
     }
   }
 
+  // Reading a fragment: every field is checked against its own type and range; a value the page
+  // cannot use is ignored (the default stays) and named in a notice under the input/output lines.
+  const INPUT_LIMIT = 100000; // characters the input box takes from the URL or from setInput
+  const inputFits = (text) => text.length <= INPUT_LIMIT;
+  const FIELDS = ["view", "kind", "layer", "query", "input", "off", "ablation", "step"];
+  const LIVE_FIELDS = ["input", "off", "ablation", "step"];
+  const NOTICES_SHOWN = 8;
+  const notices = [];
+
+  /** The fragment's fields, read once (the first of a repeated field), as a Map of strings. */
   function readFragment() {
+    const fields = new Map();
     let hash = "";
     try {
       hash = window.location.hash.slice(1);
     } catch (error) {
-      return new URLSearchParams();
+      return fields; // an inline page (Jupyter's srcdoc iframe) may have no URL
     }
-    return new URLSearchParams(hash);
+    const seen = new Set();
+    for (const [key, value] of new URLSearchParams(hash)) {
+      if (seen.has(key)) continue;
+      seen.add(key);
+      if (FIELDS.includes(key)) fields.set(key, value);
+      else ignore(key, value, `the fragment's fields are ${FIELDS.join(", ")}`);
+    }
+    return fields;
+  }
+
+  const clip = (text, n = 40) => (text.length > n ? text.slice(0, n - 3) + "..." : text);
+
+  /** Say, in one sentence, that field=value is ignored and why (what is allowed). */
+  function ignore(field, value, why) {
+    const v = value === "" || /\s/.test(value) ? JSON.stringify(clip(value)) : clip(value);
+    notices.push({ field: clip(field, 24), text: `URL fragment: ${clip(field, 24)}=${v} is ignored; ${why}.` });
+    let box = $("fragment-notice");
+    if (!box) {
+      box = el("div", { id: "fragment-notice", class: "fragment-notice", role: "status" });
+      $("io").after(box);
+    }
+    const line = (attrs) => el("p", { class: "live-status note", style: { margin: "4px 0 0" }, ...attrs });
+    const lines = notices.slice(0, NOTICES_SHOWN).map((n) => line({ "data-field": n.field, text: n.text }));
+    if (notices.length > NOTICES_SHOWN) lines.push(line({ text: `URL fragment: ${notices.length - NOTICES_SHOWN} more fields are ignored.` }));
+    box.replaceChildren(...lines);
+  }
+
+  /** A field's text as an integer from low to high (decimal digits, nothing else), or null. */
+  function integerField(text, low, high) {
+    if (!/^-?\d{1,15}$/.test(text)) return null;
+    const value = Number(text);
+    return value >= low && value <= high ? value : null;
+  }
+  const integers = (low, high) => (low === high ? `use ${low}` : `use an integer from ${low} to ${high}`);
+  const listed = (values) => (values.length > 8 ? [...values.slice(0, 5), "...", ...values.slice(-2)] : values).join(", ");
+
+  /** The fragment's view part: view, kind, layer, query (precomputed pages too). Returns the view to
+   *  show; a layer the page stores only once its model runs, and a query of an input the URL brings,
+   *  wait in `wanted` for the first run (applyFragmentAfterRun). */
+  function applyFragmentView(fields, wanted) {
+    let view = null;
+    if (fields.has("view")) {
+      const name = fields.get("view");
+      const views = Object.keys(DRAW).filter((v) => v !== "patching" || LIVE);
+      if (Object.hasOwn(DRAW, name) && views.includes(name)) view = name;
+      else ignore("view", name, `use ${views.join(", ")}`);
+    }
+    if (fields.has("kind")) {
+      const name = fields.get("kind");
+      const index = kinds.findIndex((k) => k.name === name);
+      if (index >= 0) {
+        state.kind = index;
+        state.layer = lastLayer(kind());
+        state.enlarged = { layer: state.layer, head: 0 };
+      } else {
+        ignore("kind", name, `use ${kinds.map((k) => k.name).join(", ")}`);
+      }
+    }
+    if (fields.has("layer")) {
+      const k = kind();
+      const layer = integerField(fields.get("layer"), 0, lastLayer(k));
+      if (layer === null) ignore("layer", fields.get("layer"), integers(0, lastLayer(k)));
+      else if (layer < firstLayer(k)) wanted.layer = layer; // not stored: computed once the model runs
+      else state.layer = layer;
+    }
+    if (fields.has("query")) {
+      const newInput = LIVE && fields.has("input") && inputFits(fields.get("input"));
+      if (newInput) wanted.query = fields.get("query"); // the query positions are the new input's
+      else applyQuery(fields.get("query"));
+    }
+    return view;
+  }
+
+  /** Select query `text` of the kind shown, if it is one of its query positions. */
+  function applyQuery(text) {
+    const n = kind().rows.length;
+    const index = integerField(text, 0, n - 1);
+    if (index === null) ignore("query", text, `${integers(0, n - 1)} (a query position)`);
+    else state.selected = { side: "query", index };
+    return index !== null;
+  }
+
+  /** The fragment's live part: input, removed heads, ablation, step (before the first update). */
+  function applyFragmentLive(fields) {
+    if (fields.has("input")) {
+      const text = fields.get("input");
+      if (inputFits(text)) $("input-box").value = text;
+      else ignore("input", text, `it has ${text.length} characters; use at most ${INPUT_LIMIT}`);
+    }
+    if (fields.has("ablation")) {
+      const name = fields.get("ablation");
+      if (name === "zero" || (name === "mean" && LIVE.means)) live.method = name;
+      else ignore("ablation", name, LIVE.means ? "use zero or mean" : "use zero (this page carries no means for mean ablation)");
+    }
+    if (fields.has("off")) {
+      const labels = LIVE.spec.layers.map((l) => l.label);
+      const keys = new Map(); // "L0H1" -> "0:1", for the heads the model has
+      labels.forEach((label, l) => {
+        for (let h = 0; h < HEADS; h++) keys.set(`${label}H${h}`, `${l}:${h}`);
+      });
+      const unknown = [];
+      for (const part of fields.get("off").split(",")) {
+        const name = part.trim();
+        if (keys.has(name)) live.removed.add(keys.get(name));
+        else if (name) unknown.push(name);
+      }
+      if (unknown.length) ignore("off", unknown.join(","), `use head labels such as ${labels[0]}H0 (layers ${listed(labels)}; heads H0 to H${HEADS - 1})`);
+      drawHeadsPanel();
+    }
+    if (fields.has("step")) {
+      const text = fields.get("step");
+      const steps = live.series ? live.series.steps : null;
+      const index = steps && /^-?\d{1,15}$/.test(text) ? steps.indexOf(Number(text)) : -1;
+      if (index >= 0) {
+        live.step = index;
+        $("step-slider").value = index;
+        $("step-value").textContent = live.series.labels[index];
+      } else {
+        ignore("step", text, steps ? `use one of the steps ${listed(steps)}` : "this page has no step slider");
+      }
+    }
+  }
+
+  /** What waited for the first run: a layer the page did not store, a query of the URL's input. */
+  function applyFragmentAfterRun(wanted) {
+    let changed = false;
+    if (wanted.layer !== undefined) {
+      const k = kind();
+      if (wanted.layer >= firstLayer(k)) {
+        state.layer = wanted.layer;
+        changed = true;
+      } else {
+        ignore("layer", String(wanted.layer), `${integers(firstLayer(k), lastLayer(k))} (the model has not run on a valid input)`);
+      }
+    }
+    if (wanted.query !== undefined) changed = applyQuery(wanted.query) || changed;
+    if (changed) {
+      redraw();
+      scrollToQuery();
+    }
   }
 
   // =================================================================================== the API
@@ -1878,47 +2033,137 @@
    *  once the weights are decoded. */
   const api = {};
 
+  // Every argument is checked (TL.checks) before anything runs: a bad one throws an Error naming the
+  // function, the argument, its value and what is allowed. The functions that return a Promise throw
+  // at the call, before any Promise. Generation writes at most GENERATE_CAP tokens per call (or the
+  // model's context, if larger), so that a call cannot freeze the tab.
+  const GENERATE_CAP = 256;
+
   function buildApi(model) {
-    const at = (index) => (index === undefined || index === live.step ? model : live.engine.models[index]);
+    const C = TL.checks;
+    const current = () => live.engine.models[live.step] || model;
+    const stepCount = live.series ? live.series.steps.length : 1;
+    const cap = (m) => Math.max(GENERATE_CAP, m.config.max_len);
+    const capWhy = (m) => ` (the page writes at most ${cap(m)} tokens per call)`;
+    const decoderLM = (m) => m.spec.generates && m.spec.stacks.length === 1;
+    /** ablate and ablation, as forward, generate and answer take them. */
+    const removal = (fn, m, o) => ({ ablate: C.heads(fn, "ablate", o.ablate, m), ablation: C.method(fn, "ablation", o.ablation, m) });
+    /** The positions whose logits a run returns: the last input's. */
+    const outputs = (m, inputs) => inputs[m.spec.stacks[m.spec.stacks.length - 1].input].length;
+
     Object.assign(api, {
       vocab: LIVE.spec.vocab.slice(),
-      config: LIVE.spec.config,
+      config: Object.freeze({ ...LIVE.spec.config }), // a copy: the page's model keeps its own
       layers: LIVE.spec.layers.map((l) => l.name),
       labels: LIVE.spec.layers.map((l) => l.label),
       /** {logits: number[][], patterns: number[][][][]} for token ids (or {source, target}); opts:
        *  ablate [[layer, head], ...] (layers in interventions.attention_layers order), ablation
        *  "zero" | "mean". Synchronous. */
-      forward: (input, opts = {}) => (live.engine.models[live.step] || model).forward(input, { ablate: opts.ablate, ablation: opts.ablation }),
+      forward: (input, opts) => {
+        const m = current();
+        const inputs = C.inputs("forward", "input", input, m);
+        const o = C.fields("forward", "opts", opts, ["ablate", "ablation"]);
+        return m.forward(inputs, removal("forward", m, o));
+      },
       /** A language model's continuation (every token, prompt included; temperature 0: greedy), or an
        *  encoder-decoder's greedy output for {source}. */
-      generate: (input, opts = {}) => {
-        const m = live.engine.models[live.step] || model;
-        if (input && input.source) return m.generateSeq2seq(input.source, opts.maxNewTokens, opts);
-        const random = opts.seed === undefined ? Math.random : TL.seeded(opts.seed);
-        return m.generate(input, opts.maxNewTokens ?? 20, { temperature: opts.temperature ?? 0, topK: opts.topK ?? null, topP: opts.topP ?? null, random, ablate: opts.ablate, ablation: opts.ablation });
+      generate: (input, opts) => {
+        const fn = "generate";
+        const m = current();
+        if (!m.spec.generates) C.fail(fn, "this model", "writes no text (it classifies each position)", "forward or answer");
+        if (!decoderLM(m)) {
+          if (!C.isObject(input)) C.bad(fn, "input", input, "is not {source}", "{source: [token ids]} (an encoder-decoder writes from a source)");
+          const source = C.tokens(fn, "input.source", C.fields(fn, "input", input, ["source"]).source, m);
+          const o = C.fields(fn, "opts", opts, ["maxNewTokens", "ablate", "ablation"]);
+          const L = m.config.max_len;
+          const maxNew = o.maxNewTokens === undefined || o.maxNewTokens === null ? undefined : C.integer(fn, "maxNewTokens", o.maxNewTokens, 0, L, ` (the decoder reads at most max_len=${L} positions)`);
+          return m.generateSeq2seq(source, maxNew, removal(fn, m, o));
+        }
+        const tokens = C.tokens(fn, "input", input, m);
+        const o = C.fields(fn, "opts", opts, ["maxNewTokens", "temperature", "topK", "topP", "seed", "ablate", "ablation"]);
+        const given = (v) => v !== undefined && v !== null;
+        const maxNew = given(o.maxNewTokens) ? C.integer(fn, "maxNewTokens", o.maxNewTokens, 0, cap(m), capWhy(m)) : 20;
+        const temperature = given(o.temperature) ? C.number(fn, "temperature", o.temperature, (t) => t >= 0, "a finite number >= 0 (0: greedy)") : 0;
+        const topK = given(o.topK) ? C.integer(fn, "topK", o.topK, 1, Infinity) : null;
+        const topP = given(o.topP) ? C.number(fn, "topP", o.topP, (p) => p > 0 && p <= 1, "null or a number above 0, at most 1") : null;
+        const random = given(o.seed) ? TL.seeded(C.integer(fn, "seed", o.seed, 0, 4294967295)) : Math.random;
+        return m.generate(tokens, maxNew, { temperature, topK, topP, random, ...removal(fn, m, o) });
       },
-      answer: (prompt, opts = {}) => (live.engine.models[live.step] || model).answer(prompt, opts),
-      ablationTable: (input, opts = {}) => TL.ablationTable(live.engine.models[live.step] || model, (live.engine.models[live.step] || model).inputsOf(input), opts),
-      patching: (clean, corrupted, answer, opts = {}) => {
-        const m = live.engine.models[live.step] || model;
-        return TL.patching(m, m.inputsOf(clean), m.inputsOf(corrupted), answer, opts);
+      /** The greedy output for a prompt (an encoder's class per position; a decoder's new tokens; an
+       *  encoder-decoder's output for a source); opts: ablate, ablation, maxNew (language models). */
+      answer: (prompt, opts) => {
+        const fn = "answer";
+        const m = current();
+        const tokens = C.tokens(fn, "prompt", prompt, m);
+        const o = C.fields(fn, "opts", opts, decoderLM(m) ? ["maxNew", "ablate", "ablation"] : ["ablate", "ablation"]);
+        const run = removal(fn, m, o);
+        if (o.maxNew !== undefined && o.maxNew !== null) run.maxNew = C.integer(fn, "maxNew", o.maxNew, 0, cap(m), capWhy(m));
+        return m.answer(tokens, run);
       },
-      /** Type into the box (as a student would) and wait for the views. */
-      setInput: async (text) => {
+      /** {baseline, drops[layer][head], positions}; opts: ablation, positions (a boolean per output). */
+      ablationTable: (input, opts) => {
+        const fn = "ablationTable";
+        const m = current();
+        const inputs = C.inputs(fn, "input", input, m);
+        const o = C.fields(fn, "opts", opts, ["ablation", "positions"]);
+        const positions = o.positions === undefined || o.positions === null ? undefined : C.flags(fn, "positions", o.positions, outputs(m, inputs));
+        return TL.ablationTable(m, inputs, { ablation: C.method(fn, "ablation", o.ablation, m), positions });
+      },
+      /** Activation patching of every residual position and head (interventions.activation_patching);
+       *  answer: {position, cleanAnswer, corruptedAnswer}; opts: heads, yieldEvery, onProgress, cancelled. */
+      patching: (clean, corrupted, answer, opts) => {
+        const fn = "patching";
+        const m = current();
+        const a = C.inputs(fn, "clean", clean, m);
+        const b = C.inputs(fn, "corrupted", corrupted, m);
+        const lengths = (inputs) => `[${inputs.map((ids) => ids.length).join(", ")}]`;
+        if (lengths(a) !== lengths(b)) C.fail(fn, "corrupted", `has lengths ${lengths(b)} where clean has ${lengths(a)}`, "inputs as long as clean's");
+        if (!C.isObject(answer)) C.bad(fn, "answer", answer, "is not an object", "{position, cleanAnswer, corruptedAnswer}");
+        const given = C.fields(fn, "answer", answer, ["position", "cleanAnswer", "corruptedAnswer"]);
+        const T = outputs(m, a);
+        const picked = {
+          position: C.integer(fn, "answer.position", given.position, 0, T - 1),
+          cleanAnswer: C.integer(fn, "answer.cleanAnswer", given.cleanAnswer, 0, m.classes - 1),
+          corruptedAnswer: C.integer(fn, "answer.corruptedAnswer", given.corruptedAnswer, 0, m.classes - 1),
+        };
+        const o = C.fields(fn, "opts", opts, ["heads", "yieldEvery", "onProgress", "cancelled"]);
+        return TL.patching(m, a, b, picked, {
+          heads: C.optional(fn, "heads", o.heads, "boolean"),
+          yieldEvery: o.yieldEvery === undefined ? undefined : C.integer(fn, "yieldEvery", o.yieldEvery, 1, Infinity),
+          onProgress: C.optional(fn, "onProgress", o.onProgress, "function"),
+          cancelled: C.optional(fn, "cancelled", o.cancelled, "function"),
+        });
+      },
+      /** Type into the box (as a student would) and wait for the views; resolves to the box's problem
+       *  (null: none). */
+      setInput: (text) => {
+        C.text("setInput", "text", text, INPUT_LIMIT);
         $("input-box").value = text;
-        await update();
-        return live.problem;
+        return update().then(() => live.problem);
       },
-      setHeads: async (pairs, method) => {
-        live.removed = new Set(pairs.map(([l, h]) => `${l}:${h}`));
-        if (method) live.method = method;
+      /** Remove these heads ([[layer, head], ...]; [] restores all), by "zero" or "mean" (default: as
+       *  the page has it), and wait for the views. */
+      setHeads: (pairs, method) => {
+        const m = current();
+        const heads = C.heads("setHeads", "pairs", pairs, m, true);
+        const how = method === undefined || method === null ? live.method : C.method("setHeads", "method", method, m);
+        live.removed = new Set(heads.map(([l, h]) => `${l}:${h}`));
+        live.method = how;
         drawHeadsPanel();
-        await update();
+        return update();
       },
-      setStep: (index) => setStep(index),
+      /** Show the model of step `index` (0 to steps.length - 1) and wait for the views. */
+      setStep: (index) => setStep(C.integer("setStep", "index", index, 0, stepCount - 1)),
       steps: live.series ? live.series.steps.slice() : null,
-      patchToken: (position) => runPatching(position),
-      model: at,
+      /** Corrupt token `position` of the box's input and patch (the patching view's click). */
+      patchToken: (position) => {
+        const n = tokenize($("input-box").value).ids.length;
+        // a box with a problem: the patching view says to fix it first, at any position
+        C.integer("patchToken", "position", position, 0, live.problem ? Infinity : n - 1);
+        return runPatching(position);
+      },
+      /** The page's model of step `index` (default: the step shown), once decoded. */
+      model: (index) => live.engine.models[index === undefined ? live.step : C.integer("model", "index", index, 0, stepCount - 1)],
     });
     // what changes as the student works: read at the time it is asked for
     const now = { step: () => live.step, patch: () => live.patch, inputs: () => live.inputs, problem: () => live.problem };
@@ -1926,10 +2171,11 @@
     window.transformerLab = api;
   }
 
-  async function startLive() {
+  /** fields: the URL fragment's (read once, by main, before the page rewrites it); wanted: what of it
+   *  waits for the first run. */
+  async function startLive(fields, wanted) {
     const t0 = performance.now();
     if (!TL) throw new Error("the page's model script is missing");
-    const params = readFragment();
     const series = LIVE.series;
     const first = series ? series.current : 0;
     const T = LIVE.input.inputs.reduce((n, ids) => Math.max(n, ids.length), 0);
@@ -2001,8 +2247,9 @@
     // the first run: the page's forward pass on the precomputed input, checked against PyTorch's logits
     const check = await inflate(LIVE.check.data);
     const expected = new Float32Array(check.buffer, check.byteOffset, check.length / 4);
-    applyFragmentLive(params);
+    applyFragmentLive(fields);
     await update();
+    applyFragmentAfterRun(wanted);
     // the check: the first run's logits, where it ran the first input with nothing removed (else a run
     // of its own, where that is cheap)
     const plain = live.removed.size === 0 && live.step === live.firstStep;
@@ -2030,48 +2277,14 @@
     document.body.dataset.live = "true";
   }
 
-  /** The fragment's live part: input, removed heads, ablation, step (before the first update). */
-  function applyFragmentLive(params) {
-    let restored = false;
-    if (params.has("input")) {
-      $("input-box").value = params.get("input");
-      restored = true;
-    }
-    if (params.has("ablation") && LIVE.means) live.method = params.get("ablation") === "mean" ? "mean" : "zero";
-    if (params.has("off")) {
-      const labels = LIVE.spec.layers.map((l) => l.label);
-      for (const name of params.get("off").split(",")) {
-        const match = /^([A-Z]\d+)H(\d+)$/.exec(name.trim());
-        const layer = match ? labels.indexOf(match[1]) : -1;
-        if (layer >= 0 && Number(match[2]) < HEADS) live.removed.add(`${layer}:${Number(match[2])}`);
-      }
-      drawHeadsPanel();
-      restored = restored || live.removed.size > 0;
-    }
-    if (params.has("step") && live.series) {
-      const index = live.series.steps.indexOf(Number(params.get("step")));
-      if (index >= 0) {
-        live.step = index;
-        $("step-slider").value = index;
-        $("step-value").textContent = live.series.labels[index];
-      }
-    }
-    return restored;
-  }
-
-  /** The fragment's view part: view, kind, layer, query (precomputed pages too). */
-  function applyFragmentView(params) {
-    if (params.has("kind")) {
-      const index = kinds.findIndex((k) => k.name === params.get("kind"));
-      if (index >= 0) state.kind = index;
-    }
-    if (params.has("layer")) state.layer = Math.max(firstLayer(kind()), Math.min(Number(params.get("layer")) || 0, lastLayer(kind())));
-    if (params.has("query")) state.selected = { side: "query", index: Number(params.get("query")) || 0 };
-    return params.get("view");
-  }
-
   // ===================================================================================== main
   let ready = false;
+
+  /** The chosen query in sight (the head view scrolls to it). */
+  function scrollToQuery() {
+    const scroller = document.querySelector(".head-scroll");
+    if (state.view === "head" && state.selected && head) scroller.scrollTop = Math.max(0, rowY(state.selected.index) - scroller.clientHeight / 2);
+  }
 
   async function main() {
     if (typeof DecompressionStream === "undefined") {
@@ -2088,18 +2301,18 @@
     // the first view: an encoder-decoder opens on cross-attention (how each output reads the source);
     // every page on its last layer and the query whose attention there is sharpest
     state.kind = Math.max(0, kinds.findIndex((k) => k.name === DATA.overlays.kind));
-    const params = readFragment();
+    const fields = readFragment();
+    const wanted = {};
     state.layer = lastLayer(kind());
     state.enlarged = { layer: state.layer, head: 0 };
     state.selected = null;
-    const view = applyFragmentView(params);
+    const view = applyFragmentView(fields, wanted);
     if (!state.selected) state.selected = { side: "query", index: sharpestQuery(kind(), state.layer) };
     drawHeader();
     bind();
     $("kind-select").value = state.kind;
-    show(view && DRAW[view] && view !== "patching" ? view : "head");
-    const scroller = document.querySelector(".head-scroll"); // the chosen query in sight
-    if (state.view === "head" && state.selected && head) scroller.scrollTop = Math.max(0, rowY(state.selected.index) - scroller.clientHeight / 2);
+    show(view && view !== "patching" ? view : "head");
+    scrollToQuery();
     window.explorerRenderMs = performance.now() - START;
     window.explorerLoadMs = performance.now(); // from the start of navigation: the HTML's parsing included
     document.body.dataset.ready = "true";
@@ -2107,9 +2320,10 @@
     saveFragment();
     const status = $("live-status");
     if (LIVE) {
-      await startLive();
+      await startLive(fields, wanted);
       if (view === "patching") show("patching");
     } else {
+      for (const field of LIVE_FIELDS) if (fields.has(field)) ignore(field, fields.get(field), "this page does not run its model");
       document.body.dataset.live = "none";
       if (DATA.live_note) {
         status.classList.add("note");
