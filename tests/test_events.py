@@ -129,3 +129,12 @@ def test_halfway_orders_two_curves_whether_or_not_either_is_an_event():
     assert events.halfway(SNAPSHOTS, [-v for v in drift], "fall") == events.halfway(SNAPSHOTS, drift, "rise")
     with pytest.raises(ValueError, match="direction='up'"):
         events.halfway(SNAPSHOTS, drift, "up")
+
+
+def test_a_window_of_exactly_one_doubling_is_a_window():
+    """A 2-layer induction run's val/loss (seed 3, a validation every 250 steps): the fall from 3.31 at
+    step 750 to 1.14 at step 1500 is one doubling of the step, and the phase change (in floating point,
+    log(1500) - log(750) is a hair above log 2: it was read as a drift from step 1000 instead)."""
+    loss = [3.4603, 3.3901, 3.3088, 2.7071, 1.6694, 1.1390, 0.8855, 0.8912, 0.7262, 0.7196, 0.6437, 0.6483]
+    change = events.detect("val/loss", VALIDATIONS, loss, "fall")
+    assert change.event and (change.start, change.end) == (750, 1500) and 1000 < change.halfway < 1250

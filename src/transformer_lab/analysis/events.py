@@ -145,7 +145,9 @@ def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: 
     best = None
     for i in range(len(curve)):
         for j in range(i + 1, len(curve)):
-            if _log(steps[j]) - _log(steps[i]) > WINDOW and j > i + 1:
+            if (
+                _log(steps[j]) - _log(steps[i]) > WINDOW + 1e-9 and j > i + 1
+            ):  # 1e-9: 750 to 1500 is one doubling
                 break
             move = sign * (curve[j] - curve[i])
             if best is None or move > best[0]:
