@@ -101,11 +101,20 @@ def induction_run(tmp_path_factory):
         "model.model_dim=16",
         "model.num_heads=2",
         "trainer.max_epochs=2",
+        "trainer.val_check_interval=5",
+        "callbacks=[default,phase_change]",
         "callbacks.snapshots.count=6",
         base=COMMON,
     )
     train(cfg)
     return run
+
+
+def test_the_runs_metrics_say_whether_it_had_a_phase_change(induction_run):
+    """metrics.json carries the PhaseChange callback's answer (20 steps: no phase change)."""
+    change = json.loads((induction_run / "metrics.json").read_text())["phase_change"]
+    assert change["curve"] == "val/loss" and change["step"] is None
+    assert change["what"].startswith("No phase change in val/loss: its largest move, ")
 
 
 def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_path, capsys):
@@ -177,11 +186,13 @@ def test_the_run_says_whether_its_validation_metric_had_a_phase_change():
     grokking = [0.29, 0.30, 0.29, 0.30, 0.31, 0.30, 0.29, 0.45, 0.97, 0.99, 1.0, 0.99]
     callback.history = [(100 * (i + 1), acc) for i, acc in enumerate(grokking)]
     text = callback.describe()
-    assert text.startswith("Phase change: val/acc rose 0.3 -> 0.995 between steps 700 and 1200 (")
+    assert text.startswith("Phase change: val/acc rose 0.3 -> 0.995 between steps 600 and 1200 (")
     assert text.endswith("half way at step 837")  # between 800 (0.45) and 900 (0.97)
+    assert callback.record() == {"curve": "val/acc", "step": 837, "what": text}  # metrics.json's
     control = PhaseChange(monitor="val/loss", direction="fall")  # a slow drift, as one layer learns
     control.history = [(250 * (i + 1), 3.46 - 0.03 * i + 0.004 * (-1) ** i) for i in range(12)]
     assert control.describe().startswith("No phase change in val/loss: its largest move, ")
+    assert control.record()["step"] is None and PhaseChange().record() is None
     resumed = PhaseChange(monitor="val/acc", direction="rise")
     resumed.load_state_dict(callback.state_dict())
     assert resumed.history == callback.history

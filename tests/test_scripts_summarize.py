@@ -3,6 +3,7 @@ as train.py would compose them (no training: metrics.json is written by hand).""
 
 import csv
 import json
+import re
 from pathlib import Path
 
 from hydra import compose, initialize_config_module
@@ -33,12 +34,14 @@ def make_run(run_dir: Path, overrides: list[str], metrics: dict | None) -> dict:
 def table(lines: list[str], title_start: str) -> list[dict[str, str]]:
     """The rows of the printed table whose title starts with `title_start`, as dicts by column."""
     start = next(i for i, line in enumerate(lines) if line.startswith(title_start))
-    header = lines[start + 1].split()
-    rows = []
+    spans = [m.span() for m in re.finditer(r"-+", lines[start + 2])]  # the rule: one run of - per column
+    spans[-1] = (spans[-1][0], None)
+    cells = lambda line: [line[a:b].strip() for a, b in spans]  # noqa: E731
+    header, rows = cells(lines[start + 1]), []
     for line in lines[start + 3 :]:
         if not line.strip():
             break
-        rows.append(dict(zip(header, line.split(maxsplit=len(header) - 1), strict=False)))
+        rows.append(dict(zip(header, cells(line), strict=True)))
     return rows
 
 
@@ -96,3 +99,21 @@ def test_runs_that_differ_only_by_seed_are_summed_up_over_the_seeds(tmp_path, ca
     assert seeds["2"]["runs"] == "3" and seeds["4"]["runs"] == "2"
     assert seeds["2"]["val/acc"] == "0.8 +- 0.1 [0.7..0.9]"
     assert seeds["4"]["val/acc"] == "0.96 +- 0.014 [0.95..0.97]"
+
+
+def test_the_phase_change_of_each_run_and_over_seeds(tmp_path, capsys):
+    """metrics.json's phase_change (the PhaseChange callback's half-way step, None without one): a column
+    per run, and over seeds in how many it happened and its median [range]; a run that does not say, or
+    says it in a shape no run writes, shows -."""
+    sweep = tmp_path / "sweep"
+    said = {0: 928, 1: None, 2: 1200, 3: 990}
+    for seed, step in said.items():
+        record = {"curve": "val/loss", "step": step, "what": "..."}
+        make_run(sweep / str(seed), [f"seed={seed}"], {"val/acc": 0.5 + seed / 10, "phase_change": record})
+    make_run(sweep / "4", ["seed=4"], {"val/acc": 0.1, "phase_change": {"step": "soon"}})
+    load_script("summarize").main([str(sweep)])
+    lines = capsys.readouterr().out.splitlines()
+    runs = {row["seed"]: row["phase_change"] for row in table(lines, "reverse: 5 run(s)")}
+    assert runs == {"0": "928", "1": "none", "2": "1200", "3": "990", "4": "-"}
+    (over,) = table(lines, "reverse over seeds")
+    assert over["runs"] == "5" and over["phase_change"] == "in 3 of 4, 990 [928..1200]"

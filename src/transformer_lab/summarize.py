@@ -6,10 +6,11 @@
 A run is a directory with `.hydra/config.yaml` (Hydra writes it). Columns: the settings that were
 overridden in any of the runs and whose values differ between them (the swept hyperparameters), each
 shown with the value that run actually used (its composed config, or the config group it picked, also
-where it was not overridden), then the final val/ and test/ metrics from metrics.json and the wall
-time. Rows are sorted by the task's metric (the sweep objective: val/acc highest first, val/loss lowest
-first); runs without metrics.json (failed, or still running) come last. Runs of different tasks get one
-table each, titled with the task. --csv also writes every row to a CSV file, with a `task` column.
+where it was not overridden), then the final val/ and test/ metrics from metrics.json, the half-way step
+of the run's phase change (`none` if it had none) and the wall time. Rows are sorted by the task's
+metric (the sweep objective: val/acc highest first, val/loss lowest first); runs without metrics.json
+(failed, or still running) come last. Runs of different tasks get one table each, titled with the task.
+--csv also writes every row to a CSV file, with a `task` column.
 """
 
 import argparse
@@ -26,6 +27,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from transformer_lab import run_files
 from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.errors import require
+
+PHASE = "phase_change"  # the column: the half-way step of the run's phase change (or none)
 
 
 @dataclass
@@ -68,6 +71,13 @@ class Run:
     def score(self) -> float | None:
         value = (self.metrics or {}).get(self.metric)
         return value if isinstance(value, int | float) and math.isfinite(value) else None
+
+    def phase_change(self) -> int | str | None:
+        """The half-way step of the run's phase change (the `PhaseChange` callback's, in metrics.json),
+        None if it had none, `-` if the run does not say (an older run, or the callback off)."""
+        record = (self.metrics or {}).get("phase_change")
+        step = record.get("step", "-") if isinstance(record, dict) else "-"
+        return step if step is None or (isinstance(step, int) and not isinstance(step, bool)) else "-"
 
 
 def load_run(run_dir: Path, root: Path) -> Run:
@@ -158,6 +168,9 @@ def rows(runs: list[Run], differing: list[str], metrics: list[str]) -> list[dict
         row = {"run": r.name}
         row.update({k: fmt(r.value(k)) for k in differing})
         row.update({k: fmt(m[k]) if k in m else "-" for k in metrics})
+        if any(run.phase_change() != "-" for run in runs):
+            step = r.phase_change()
+            row[PHASE] = "none" if step is None else str(step)
         row["wall_s"] = fmt(m.get("wall_time_s", "-"))
         row["status"] = "ok" if r.metrics is not None else "no metrics.json"
         table.append(row)
@@ -217,7 +230,8 @@ def summarize(root: Path) -> list[tuple[str, list[dict[str, str]], list[dict[str
 def over_seeds(runs: list[Run], differing: list[str], metrics: list[str]) -> list[dict[str, str]]:
     """Where runs differ only by their seed: one row per setting (the other differing values), with how
     many seeds finished and, per metric, the mean +- the standard deviation over them and their range
-    (min..max): how far a result moves when nothing but the seed does. Empty without such runs."""
+    (min..max): how far a result moves when nothing but the seed does; and in how many seeds the run had
+    a phase change, its half-way step's median [range]. Empty without such runs."""
     if "seed" not in differing:
         return []
     others = [k for k in differing if k != "seed"]
@@ -237,6 +251,11 @@ def over_seeds(runs: list[Run], differing: list[str], metrics: list[str]) -> lis
                 continue
             mean, sd = statistics.mean(values), statistics.stdev(values)
             row[metric] = f"{mean:.4g} +- {sd:.2g} [{min(values):.4g}..{max(values):.4g}]"
+        said = [r.phase_change() for r in group if r.phase_change() != "-"]
+        if said:
+            steps = [s for s in said if s is not None]
+            where = f", {statistics.median(steps):.0f} [{min(steps)}..{max(steps)}]" if steps else ""
+            row[PHASE] = f"in {len(steps)} of {len(said)}{where}"
         table.append(row)
     return table
 

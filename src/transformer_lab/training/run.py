@@ -21,6 +21,7 @@ from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import Terminated, require
 from transformer_lab.files import write_text
 from transformer_lab.training import console
+from transformer_lab.training.callbacks.phase_change import PhaseChange
 from transformer_lab.training.compose import instantiate
 from transformer_lab.training.datamodule import LightningTask
 
@@ -190,6 +191,8 @@ def train(cfg: DictConfig) -> dict:
         device=str(trainer.strategy.root_device),
         wall_time_s=round(time.perf_counter() - start, 2),
     )
+    if results["phase_change"] is not None:
+        metrics["phase_change"] = results["phase_change"]
     if trainer.is_global_zero:
         _write_results(trainer, cfg, metrics, output_dir)
     return metrics
@@ -203,7 +206,7 @@ def fit_and_test(
     test: bool,
 ) -> dict:
     """Fit (from `ckpt_path`, if resuming), then test the best checkpoint: the val/ and test/ metrics,
-    the best checkpoint and its score, and the last step."""
+    the best checkpoint and its score, the last step and the phase change (`PhaseChange.record`)."""
     trainer.fit(model, datamodule=task, ckpt_path=ckpt_path, weights_only=True)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
     best = trainer.checkpoint_callback
@@ -212,10 +215,18 @@ def fit_and_test(
     # which predates the score of best.ckpt itself
     best_score = getattr(best, "best_model_score", None) if best_path else None
     global_step = trainer.global_step
+    phase = next((c for c in trainer.callbacks if isinstance(c, PhaseChange)), None)
+    phase_change = phase.record() if phase is not None else None
     if test and not trainer.interrupted:
         results = trainer.test(model, datamodule=task, ckpt_path=best_path, verbose=False, weights_only=True)
         metrics.update({k: float(v) for k, v in results[0].items()})
-    return {**metrics, "best_score": best_score, "best_ckpt_path": best_path, "global_step": global_step}
+    return {
+        **metrics,
+        "best_score": best_score,
+        "best_ckpt_path": best_path,
+        "global_step": global_step,
+        "phase_change": phase_change,
+    }
 
 
 def stopped_by_sigterm(trainer: L.Trainer, output_dir: Path) -> str:

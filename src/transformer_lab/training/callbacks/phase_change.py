@@ -4,7 +4,7 @@ import logging
 
 import lightning as L
 
-from transformer_lab.analysis.events import DIRECTIONS, detect
+from transformer_lab.analysis.events import DIRECTIONS, Change, detect
 from transformer_lab.errors import require
 
 log = logging.getLogger(__name__)
@@ -41,18 +41,30 @@ class PhaseChange(L.Callback):
             self.history = [(s, v) for s, v in self.history if s < trainer.global_step]
             self.history.append((trainer.global_step, float(value)))
 
+    def change(self) -> Change | None:
+        """The largest move of the monitored metric and whether it is a phase change (`events.detect`);
+        None before three validations."""
+        if len(self.history) < 3:
+            return None
+        steps, values = zip(*self.history, strict=True)
+        return detect(self.monitor, list(steps), list(values), self.direction)
+
     def describe(self) -> str | None:
         """`Phase change: val/loss fell 3.41 -> 1.22 between steps 1000 and 1500 (...); half way at step
         1180`, or `No phase change: ...` with the largest move and the test it failed; None before three
         validations."""
-        if len(self.history) < 3:
-            return None
-        steps, values = zip(*self.history, strict=True)
-        change = detect(self.monitor, list(steps), list(values), self.direction)
+        change = self.change()
         if change is None:
             return None
         text = change.describe()
         return f"Phase change: {text}" if change.event else text[0].upper() + text[1:]
+
+    def record(self) -> dict | None:
+        """For the run's metrics.json: {"curve", "step" (half way; None without a phase change), "what"}."""
+        change = self.change()
+        if change is None:
+            return None
+        return {"curve": self.monitor, "step": change.step if change.event else None, "what": self.describe()}
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         text = self.describe()
