@@ -122,7 +122,7 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
     printed = capsys.readouterr().out
     assert (tmp_path / "dynamics.png").stat().st_size > 10_000
     record = json.loads((tmp_path / "dynamics.json").read_text())
-    assert list(record) == ["steps", "loss", "metric", "heads", "scores", "events", "no_events", "halfway"]
+    assert list(record) == ["steps", "loss", "metric", "heads", "scores", "events", "no_events", "onset", "halfway"]
     assert record["steps"] == snapshot_steps(20, 6) == [0, 1, 2, 4, 9, 20]
     snapshots, layers, heads = 6, 2, 2
     assert len(record["loss"]) == len(record["metric"]) == snapshots
@@ -214,10 +214,14 @@ def test_dynamics_over_a_sweep_of_seeds_says_in_how_many_each_event_appeared(tmp
     load_script("interpret").main([f"ckpt_path={sweep}", "analysis=dynamics", f"out_dir={tmp_path}"])
     printed = capsys.readouterr().out
     record = json.loads((tmp_path / "dynamics.json").read_text())
-    assert list(record) == ["runs", "events"] and list(record["runs"]) == ["0", "1"]
+    assert list(record) == ["runs", "events", "onset", "halfway"] and list(record["runs"]) == ["0", "1"]
     assert all(len(run["steps"]) == 6 for run in record["runs"].values())
     for event in record["events"]:
         assert event["of"] == 2 and 1 <= event["seeds"] <= 2 and len(event["steps"]) == event["seeds"]
         assert event["range"][0] <= event["median"] <= event["range"][1]
     assert "Events over 2 seeds (0, 1):" in printed and "0:\n" in printed and "1:\n" in printed
+    # each curve's half way, per seed, is the run's own
+    for curve, steps in record["halfway"].items():
+        assert steps == [run["halfway"][curve] for run in record["runs"].values()], curve
+    assert set(record["halfway"]) == set(record["onset"]) >= {"loss", "acc", "induction", "previous_token"}
     assert (tmp_path / "dynamics.png").stat().st_size > 10_000

@@ -11,6 +11,7 @@ for task=modular_addition). Events: where each score changed fastest (its phase 
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -53,8 +54,8 @@ class Dynamics:
     events  [{"step": int, "halfway": int, "curve": str, "what": str}]: the phase changes
             (`analysis.events`), the snapshot where each ended and the step it was half way
     no_events  [{"curve": str, "what": str}]: the largest move of each other curve, and the test it failed
-    halfway {"<curve>": step}: where the loss, the accuracy and each task score got half way from their
-            first value to their extreme (`analysis.events.halfway`: the running median of 3), events or not
+    onset, halfway {"<curve>": step}: where the loss, the accuracy and each task score got 10% and half
+            of the way through its largest move (`analysis.events.crossing`), events or not
     """
 
     steps: list[int]
@@ -82,7 +83,8 @@ class Dynamics:
             "scores": self.scores,
             "events": self.events,
             "no_events": self.no_events,
-            "halfway": self.halfway(),
+            "onset": self.crossings(events.ONSET),
+            "halfway": self.crossings(0.5),
         }
 
     def curves(self) -> dict[str, tuple[list[float], str]]:
@@ -93,10 +95,10 @@ class Dynamics:
                 found[name] = (values, self.directions.get(name) or direction_of(name))
         return found
 
-    def halfway(self) -> dict[str, float | None]:
-        """Where each curve got half way from its first value to its extreme (`events.halfway`)."""
+    def crossings(self, share: float) -> dict[str, int | None]:
+        """Where each curve got `share` of the way through its largest move (`events.crossing`)."""
         return {
-            name: (None if (h := events.halfway(self.steps, values, way)) is None else round(h))
+            name: (None if (h := events.crossing(self.steps, values, way, share)) is None else round(h))
             for name, (values, way) in self.curves().items()
         }
 
@@ -111,9 +113,10 @@ class Dynamics:
         lines.append("Events (phase changes: large, beyond the noise, sudden and kept; analysis.events):")
         lines += [f"  step {e['halfway']:>8}: {e['what']}" for e in self.events] or ["  none"]
         lines += [f"  {e['what']}" for e in self.no_events]
-        halfway = [f"{name} {step}" for name, step in self.halfway().items() if step is not None]
-        lines.append("Half way from the first value to the extreme (running median of 3), by step:")
-        lines.append("  " + ", ".join(halfway))
+        lines += crossing_table(
+            {name: [step] for name, step in self.crossings(events.ONSET).items()},
+            {name: [step] for name, step in self.crossings(0.5).items()},
+        )
         return lines
 
     def head_names(self) -> list[list[str]]:
@@ -314,3 +317,27 @@ def find_events(
     claimed = [{"step": c.end, "halfway": c.step, "curve": c.name, "what": c.describe()} for c in found]
     none = [c for c, name in changes if c is not None and not c.event and name in {n for n, _, _ in curves}]
     return claimed, [{"curve": c.name, "what": c.describe()} for c in none]
+
+
+def crossing_table(onset: dict[str, list[int | None]], halfway: dict[str, list[int | None]]) -> list[str]:
+    """Lines: each curve's largest move, where it got 10% (its onset) and half of the way, in one run or
+    over seeds (then the median [range] and each seed's step)."""
+
+    def cell(steps: list[int | None]) -> str:
+        known = [s for s in steps if s is not None]
+        if len(steps) == 1 or not known:
+            return "-" if not known else str(known[0])
+        return f"{statistics.median(known):.0f} [{min(known)}..{max(known)}]"
+
+    over = len(next(iter(halfway.values()), [])) > 1
+    title = "Each curve's largest move: the step by which it got 10% and half of the way"
+    lines = [title + (" (median [range] over seeds," if over else "")]
+    if over:
+        lines.append("then each seed's half way)")
+    rows = [(name, cell(onset[name]), cell(halfway[name])) for name in halfway]
+    widths = [max((len(row[k]) for row in rows), default=0) for k in range(3)]
+    for name, start, half in rows:
+        each = "  " + ", ".join("-" if s is None else str(s) for s in halfway[name]) if over else ""
+        line = f"  {name:<{widths[0]}}  10%: {start:<{widths[1]}}  half: {half:<{widths[2]}}{each}"
+        lines.append(line.rstrip())
+    return lines

@@ -10,8 +10,9 @@ phase change is a sudden move on that axis, as induction heads forming or grokki
 2. The candidate is the largest move of the smoothed curve in the given direction within a window of at
    most one doubling of the step (steps s to 2s).
 3. It is an event only if it is
-   * large: at least SHARE of the smoothed curve's whole range (max - min over the run), and more than
-     MIN_CHANGE (a score, or a loss in nats);
+   * large: at least SHARE of the smoothed curve's whole range (max - min over the run), at least SCALE
+     of its largest absolute value (a loss that dips from 3.46 to 3.29 nats, 5% of where it is, has not
+     changed phase, however sudden the dip), and more than MIN_CHANGE (a score, or a loss in nats);
    * beyond the noise: at least NOISE times sigma;
    * sudden: at least ABRUPT times the move over the window of the same width just before it (a slow drift
      moves about as much in each window as in the one before);
@@ -39,6 +40,7 @@ SHARE = 0.5  # of the curve's whole range
 NOISE = 5.0  # times its snapshot-to-snapshot noise
 ABRUPT = 3.0  # times the move over the window of the same width just before
 KEPT = 0.5  # of the move that the rest of the run keeps
+SCALE = 0.1  # of the curve's largest absolute value
 MIN_CHANGE = 0.02  # a score (or a loss, in nats) moves by more than this in a phase change
 WINDOW = math.log(2)  # the widest window: one doubling of the step
 
@@ -102,22 +104,31 @@ def noise_scale(values: Sequence[float]) -> float:
     return 1.4826 * statistics.median(abs(d - middle) for d in diffs)
 
 
-def _halfway(steps: Sequence[int], curve: Sequence[float], i: int, j: int, sign: float) -> float:
-    """The step where `curve` first crossed the middle of curve[i] and curve[j] (log-interpolated)."""
-    target = (curve[i] + curve[j]) / 2
+def _crossing(
+    steps: Sequence[int], curve: Sequence[float], i: int, j: int, sign: float, share: float = 0.5
+) -> float:
+    """The step where `curve` first got `share` of the way from curve[i] to curve[j] (log-interpolated)."""
+    target = curve[i] + share * (curve[j] - curve[i])
     for k in range(i + 1, j + 1):
         if sign * (curve[k] - target) >= 0:
             lo, hi = sign * (curve[k - 1] - target), sign * (curve[k] - target)
-            share = -lo / (hi - lo) if hi != lo else 1.0
-            return math.exp(_log(steps[k - 1]) + share * (_log(steps[k]) - _log(steps[k - 1])))
+            part = -lo / (hi - lo) if hi != lo else 1.0
+            return math.exp(_log(steps[k - 1]) + part * (_log(steps[k]) - _log(steps[k - 1])))
     return float(steps[j])
 
 
-def halfway(steps: Sequence[int], values: Sequence[float], direction: str) -> float | None:
+ONSET = 0.1  # the share of its largest move by which a curve has started moving
+
+
+def crossing(
+    steps: Sequence[int], values: Sequence[float], direction: str, share: float = 0.5
+) -> float | None:
     """The step at which a curve, smoothed by the running median of 3 (one spiking snapshot cannot move
-    it), first got half way from its first value to its extreme over the run (the highest for `rise`,
-    the lowest for `fall`), interpolated in log(step): which of several curves moved first, whether or not
-    either was a phase change. None for a curve that never moves that way."""
+    it), first got `share` of the way through its largest move in `direction` (for a rise: from its
+    lowest value to the highest after it), interpolated in log(step). `share=0.5`: half way, which orders
+    two curves whether or not either was a phase change; `share=ONSET`: where it started (a loss that
+    first falls, then rises, starts its rise at its lowest point). None for a curve that never moves
+    that way."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction={direction!r}: use rise or fall")
     points = [(s, v) for s, v in zip(steps, values, strict=True) if v is not None and math.isfinite(v)]
@@ -125,10 +136,13 @@ def halfway(steps: Sequence[int], values: Sequence[float], direction: str) -> fl
         return None
     steps, curve = [s for s, _ in points], smoothed([v for _, v in points])
     sign = 1.0 if direction == "rise" else -1.0
-    extreme = max(curve, key=lambda v: sign * v)
-    if sign * (extreme - curve[0]) <= 0:
-        return None
-    return _halfway(steps, curve, 0, curve.index(extreme), sign)
+    move, start, lowest = 0.0, 0, 0
+    for j, value in enumerate(curve):
+        if sign * (value - curve[lowest]) < 0:
+            lowest = j
+        elif sign * (value - curve[lowest]) > move:
+            move, start, end = sign * (value - curve[lowest]), lowest, j
+    return _crossing(steps, curve, start, end, sign, share) if move > 0 else None
 
 
 def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: str) -> Change | None:
@@ -156,6 +170,7 @@ def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: 
     if move <= 0:
         return None
     whole = max(curve) - min(curve)
+    scale = max(abs(v) for v in curve)
     sigma = noise_scale(values)
     width = _log(steps[j]) - _log(steps[i])
     earlier = [k for k in range(i) if _log(steps[i]) - _log(steps[k]) >= width]
@@ -164,6 +179,7 @@ def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: 
     kept = min(sign * (c - curve[i]) for c in curve[j:])
     tests = (
         (move >= SHARE * whole, f"less than the {SHARE:.0%} of its range an event takes"),
+        (move >= SCALE * scale, f"less than {SCALE:.0%} of the curve's size ({scale:.3g}) an event takes"),
         (move > MIN_CHANGE, f"no more than the {MIN_CHANGE} an event moves"),
         (move >= NOISE * sigma, f"less than the {NOISE:g}x its noise an event takes"),
         (move >= ABRUPT * max(before, 0.0), f"less than {ABRUPT:g}x the move just before it (a drift)"),
@@ -177,7 +193,7 @@ def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: 
         int(steps[j]),
         curve[i],
         curve[j],
-        _halfway(steps, curve, i, j, sign),
+        _crossing(steps, curve, i, j, sign),
         move / whole if whole > 0 else 0.0,
         sigma,
         move / sigma if sigma > 0 else math.inf,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from transformer_lab.analysis.dynamics import Dynamics
+from transformer_lab.analysis.dynamics import Dynamics, crossing_table
+from transformer_lab.analysis.events import ONSET
 
 
 @dataclass
@@ -52,15 +53,27 @@ class Seeds:
     runs: dict[str, Dynamics]
     events: list[SeedEvent]
 
+    def crossings(self, share: float) -> dict[str, list[int | None]]:
+        """Each curve's step by which it got `share` of the way through its largest move
+        (`Dynamics.crossings`) in each seed, in run order: the order of two curves holds in every seed,
+        or it does not."""
+        found: dict[str, list[int | None]] = {}
+        for i, result in enumerate(self.runs.values()):
+            for curve, step in result.crossings(share).items():
+                found.setdefault(curve, [None] * len(self.runs))[i] = step
+        return found
+
     def summary(self) -> list[str]:
         lines = [f"Events over {len(self.runs)} seeds ({', '.join(self.runs)}):"]
         lines += [f"  {event.describe()}" for event in self.events] or ["  none in any seed"]
-        return lines
+        return lines + crossing_table(self.crossings(ONSET), self.crossings(0.5))
 
     def to_dict(self) -> dict:
         return {
             "runs": {name: result.to_dict() for name, result in self.runs.items()},
             "events": [event.to_dict() for event in self.events],
+            "onset": self.crossings(ONSET),
+            "halfway": self.crossings(0.5),
         }
 
 
