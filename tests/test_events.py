@@ -184,3 +184,12 @@ def test_a_rise_after_a_fall_is_measured_from_its_lowest_point():
     onset, half = (events.crossing(steps, excluded, "rise", share) for share in (events.ONSET, 0.5))
     assert 1500 < onset < 2700 < half and abs(half - 3000) <= 100
     assert events.crossing(steps, excluded, "fall") < 300  # and its fall, as memorised
+
+
+def test_a_score_with_a_full_scale_must_move_a_tenth_of_it():
+    """An induction score (attention: at most 1) creeping 0.06 -> 0.11 suddenly is no phase change on its
+    full scale, though it is 58% of its own range; the same move of a curve without a scale is one."""
+    score = [0.06] * 20 + [0.062, 0.07, 0.1, 0.11, 0.112] + [0.112] * (len(SNAPSHOTS) - 25)
+    assert events.detect("induction", SNAPSHOTS, score, "rise").event
+    scaled = events.detect("induction", SNAPSHOTS, score, "rise", scale=1.0)
+    assert scaled.failed == "less than 10% of the curve's size (1) an event takes"

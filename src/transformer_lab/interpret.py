@@ -43,7 +43,7 @@ ONLY_FOR = {  # the keys that apply to some analyses only
     "method": ("heads", "circuit"),
     "heads": ("heads",),
     "position": ("patching", "circuit"),
-    **dict.fromkeys(("metric", "ablation", "threshold", "steps"), ("circuit",)),
+    **dict.fromkeys(("metric", "ablation", "threshold", "steps", "verify"), ("circuit",)),
     "ci": ("heads", "patching", "lens", "faithfulness", "circuit"),
 }
 DEFAULT_EXAMPLES = {
@@ -62,19 +62,21 @@ KEYS = {
     "dynamics 256)",
     "method": "heads: zero | mean ablation (default zero); circuit: {circuit_methods} (default eap, or "
     "eap_ig with metric=kl)",  # the registry's methods when the help is shown: keys()
-    "metric": "circuit: logit_diff | kl (default: logit_diff where the corruption changes the answer)",
+    "metric": "circuit: logit_diff | logprob | kl (default: logit_diff where the task has a corruption, "
+    "logprob where it has none)",
     "ablation": "circuit: what an edge outside the circuit carries: corrupted | zero | mean (default "
     "corrupted)",
     "threshold": "circuit, method=acdc: a share of the metric's clean-corrupted gap (default 0.01)",
     "steps": "circuit, method=eap_ig: integrated-gradient steps (default 5)",
+    "verify": "circuit: an estimate's top edges checked by exact patching (default 20; 0: none)",
     "heads": "heads: also ablate this set at once, layer.head pairs, e.g. heads=0.1,1.3",
     "position": "patching, circuit: the source position the corruption changes (default 0)",
     "text": 'your own input instead of test examples, e.g. text="ROMEO: I" (its output as the task says)',
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
     "step": "run the analysis on the snapshot of the run (ckpt_path=<run dir>) nearest this step",
-    "ci": "heads, patching, lens, faithfulness: the level of the intervals over examples (bootstrap; "
-    "default 0.95; 0: none)",
+    "ci": "heads, patching, lens, faithfulness, circuit: the level of the intervals over examples "
+    "(bootstrap; default 0.95; 0: none)",
 }
 
 
@@ -309,8 +311,8 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
         for run in runs:
             print(f"{run.name}:")
             result = over_snapshots(str(run), count, device, args.get("data_path"), progress=print)
-            for event in result.events:
-                print(f"  step {event['halfway']:>8}: {event['what']}")
+            for line in [*result.notes, *(f"step {e['halfway']:>8}: {e['what']}" for e in result.events)]:
+                print(f"  {line}")
             results[run.name] = result
         seeds = over_seeds(results)
         for line in seeds.summary():

@@ -33,11 +33,11 @@ def direction_of(name: str) -> str:
 
 
 def event(
-    name: str, steps: Sequence[int], values: Sequence[float], direction: str | None = None
+    name: str, steps: Sequence[int], values: Sequence[float], direction: str | None = None, scale: float = 0.0
 ) -> events.Change | None:
     """The largest move of a curve and whether it is a phase change (`analysis.events.detect`: one rule
     for the callback and this analysis); None for a curve too short to say."""
-    return events.detect(name, steps, values, direction or direction_of(name))
+    return events.detect(name, steps, values, direction or direction_of(name), scale)
 
 
 @dataclass
@@ -132,9 +132,11 @@ class TaskScores:
     """What a task adds to the measures of every model over time: nothing (this base class), or its own
     scores (`TaskDataModule.task_scores` names them in `TASK_SCORES`). `prepare` sees the final snapshot
     first (e.g. to fix the key frequencies). `directions`: the scores whose phase change is not the
-    default (a loss falls, any other score rises)."""
+    default (a loss falls, any other score rises); `scales`: the scores with a full scale (1 for an
+    accuracy or an attention score), against which a phase change must be large."""
 
     directions: dict[str, str] = {}  # noqa: RUF012  (read only)
+    scales: dict[str, float] = {}  # noqa: RUF012  (read only)
 
     def __init__(self, count: int):
         self.count = count
@@ -168,6 +170,8 @@ class InductionTaskScores(TaskScores):
     """task=induction: the largest induction and previous-token score of any head, and the in-context
     loss difference (`analysis.induction`), on the task's sequences with a repeat."""
 
+    scales = {"induction": 1.0, "previous_token": 1.0}  # noqa: RUF012  (attention: at most 1)
+
     def measure(self, heads: measures.Heads, tables: dict[str, measures.Table]) -> dict[str, float]:
         from transformer_lab.analysis.induction import in_context_loss
 
@@ -184,6 +188,7 @@ class ModularAdditionTaskScores(TaskScores):
     rise: the training pairs come to be fitted through the key frequencies."""
 
     directions = {"excluded_loss": "rise"}  # noqa: RUF012
+    scales = {"fourier_sparsity": 1.0, "train_acc": 1.0}  # noqa: RUF012  (a Gini coefficient, an accuracy)
 
     def __init__(self, count: int) -> None:
         super().__init__(count)
@@ -285,7 +290,9 @@ def over_snapshots(
     result.notes = own.notes()
     result.own_heads = [m.name for m in chosen if m.task and m.name in result.heads]
     result.directions = dict(own.directions)
-    result.events, result.no_events = find_events(result, result.own_heads, directions=own.directions)
+    result.events, result.no_events = find_events(
+        result, result.own_heads, directions=own.directions, scales=own.scales
+    )
     return result
 
 
@@ -294,12 +301,15 @@ def find_events(
     task_heads: Sequence[str] = (),
     formed: float = 0.3,
     directions: dict[str, str] | None = None,
+    scales: dict[str, float] | None = None,
 ) -> tuple[list[dict], list[dict]]:
     """The phase changes (`analysis.events`) of the loss, the accuracy, each of the task's scores (a loss
     falling, any other score rising, unless `directions` says otherwise; not the lens readings: they
     follow the accuracy) and each head whose task score reaches `formed` (which head formed first), in
-    order of step; and, for every curve but the heads' without one, its largest move and why it is none."""
-    steps = result.steps
+    order of step; and, for every curve but the heads' without one, its largest move and why it is none.
+    The accuracy has the full scale 1, each head's measure its registered `scale`, the task's scores
+    `scales`."""
+    steps, scales = result.steps, {result.metric_name: 1.0, **(scales or {})}
     curves = [("loss", result.loss, "fall"), (result.metric_name, result.metric, "rise")]
     for name, values in result.scores.items():
         if not name.startswith("lens_") and values not in (result.loss, result.metric):
@@ -312,7 +322,11 @@ def find_events(
                 values = [snapshot[layer][head] for snapshot in series]
                 if max(values) >= formed:
                     heads.append((f"{head_name(label, head)} {measure} score", values, "rise"))
-    changes = [(event(name, steps, values, way), name) for name, values, way in [*curves, *heads]]
+                    scales[heads[-1][0]] = measures.MEASURES[measure].scale
+    changes = [
+        (event(name, steps, values, way, scales.get(name, 0.0)), name)
+        for name, values, way in [*curves, *heads]
+    ]
     found = sorted((c for c, _ in changes if c is not None and c.event), key=lambda c: c.halfway)
     claimed = [{"step": c.end, "halfway": c.step, "curve": c.name, "what": c.describe()} for c in found]
     none = [c for c, name in changes if c is not None and not c.event and name in {n for n, _, _ in curves}]

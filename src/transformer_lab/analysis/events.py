@@ -11,8 +11,9 @@ phase change is a sudden move on that axis, as induction heads forming or grokki
    most one doubling of the step (steps s to 2s).
 3. It is an event only if it is
    * large: at least SHARE of the smoothed curve's whole range (max - min over the run), at least SCALE
-     of its largest absolute value (a loss that dips from 3.46 to 3.29 nats, 5% of where it is, has not
-     changed phase, however sudden the dip), and more than MIN_CHANGE (a score, or a loss in nats);
+     of its size (its largest absolute value, or its full scale if larger: 1 for an accuracy or an
+     attention score), so that a loss dipping from 3.46 to 3.29 nats or an induction score creeping
+     from 0.06 to 0.11 is no phase change however sudden, and more than MIN_CHANGE;
    * beyond the noise: at least NOISE times sigma;
    * sudden: at least ABRUPT times the move over the window of the same width just before it (a slow drift
      moves about as much in each window as in the one before);
@@ -145,9 +146,12 @@ def crossing(
     return _crossing(steps, curve, start, end, sign, share) if move > 0 else None
 
 
-def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: str) -> Change | None:
+def detect(
+    name: str, steps: Sequence[int], values: Sequence[float], direction: str, scale: float = 0.0
+) -> Change | None:
     """The largest move of `values` over `steps` in `direction` (`rise` or `fall`) and whether it is a
-    phase change (see the module docstring); None for fewer than three finite values or no move at all."""
+    phase change (see the module docstring); `scale`: the curve's full scale where it has one (1 for an
+    accuracy). None for fewer than three finite values or no move at all."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction={direction!r}: use rise or fall")
     points = [(s, v) for s, v in zip(steps, values, strict=True) if v is not None and math.isfinite(v)]
@@ -170,7 +174,7 @@ def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: 
     if move <= 0:
         return None
     whole = max(curve) - min(curve)
-    scale = max(abs(v) for v in curve)
+    size = max(scale, *(abs(v) for v in curve))
     sigma = noise_scale(values)
     width = _log(steps[j]) - _log(steps[i])
     earlier = [k for k in range(i) if _log(steps[i]) - _log(steps[k]) >= width]
@@ -179,7 +183,7 @@ def detect(name: str, steps: Sequence[int], values: Sequence[float], direction: 
     kept = min(sign * (c - curve[i]) for c in curve[j:])
     tests = (
         (move >= SHARE * whole, f"less than the {SHARE:.0%} of its range an event takes"),
-        (move >= SCALE * scale, f"less than {SCALE:.0%} of the curve's size ({scale:.3g}) an event takes"),
+        (move >= SCALE * size, f"less than {SCALE:.0%} of the curve's size ({size:.3g}) an event takes"),
         (move > MIN_CHANGE, f"no more than the {MIN_CHANGE} an event moves"),
         (move >= NOISE * sigma, f"less than the {NOISE:g}x its noise an event takes"),
         (move >= ABRUPT * max(before, 0.0), f"less than {ABRUPT:g}x the move just before it (a drift)"),

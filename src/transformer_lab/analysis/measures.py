@@ -40,7 +40,9 @@ Table = list[list[float | None]]  # [layer][head]
 class Measure:
     """A registered measure: its name, which way it moves as a head forms (`rise` or `fall`), a one-line
     description, the function, whether it takes a forward pass per head (`costly`: the callback logs it
-    once, at the end of training) and whether it is a task's own (computed where the task names it)."""
+    once, at the end of training), whether it is a task's own (computed where the task names it) and its
+    full scale where it has one (1 for an attention mass or an accuracy: a phase change of a head's
+    measure must move by a tenth of it, `analysis.events`)."""
 
     name: str
     direction: str
@@ -48,20 +50,21 @@ class Measure:
     function: Callable[[Heads], Table | Tensor | None]
     costly: bool = False
     task: bool = False
+    scale: float = 0.0
 
 
 MEASURES: dict[str, Measure] = {}
 
 
 def register(
-    name: str, direction: str, description: str, costly: bool = False, task: bool = False
+    name: str, direction: str, description: str, costly: bool = False, task: bool = False, scale: float = 0.0
 ) -> Callable[[Callable], Callable]:
     """Register `function(heads) -> [layer][head] values` as the measure `name` (see the module
     docstring); registering a name again replaces it."""
     require(direction in DIRECTIONS, f"measure {name}: direction={direction!r} must be rise or fall")
 
     def add(function: Callable) -> Callable:
-        MEASURES[name] = Measure(name, direction, description, function, costly, task)
+        MEASURES[name] = Measure(name, direction, description, function, costly, task, scale)
         return function
 
     return add
@@ -185,7 +188,9 @@ def entropy(heads: Heads) -> Table:
     return heads.per_layer(lambda pattern, layer: explain.attention_entropy(pattern, heads.query_mask(layer)))
 
 
-@register("alignment", "rise", "attention mass where the task says the information is (1: all of it)")
+@register(
+    "alignment", "rise", "attention mass where the task says the information is (1: all of it)", scale=1.0
+)
 def alignment(heads: Heads) -> Table | None:
     expected = heads.expected
     if expected is None:
@@ -198,7 +203,7 @@ def alignment(heads: Heads) -> Table | None:
     return heads.per_layer(mass)
 
 
-@register("ablation", "fall", "the task's accuracy with the head zero-ablated", costly=True)
+@register("ablation", "fall", "the task's accuracy with the head zero-ablated", costly=True, scale=1.0)
 def ablation(heads: Heads) -> Table:
     return heads.ablation().ablated
 
@@ -232,11 +237,12 @@ def _on_repeats(heads: Heads, score: Callable[[Tensor, induction.Repeats], Tenso
     "rise",
     "attention from a repeated token to the token after its first occurrence",
     task=True,
+    scale=1.0,
 )
 def induction_score(heads: Heads) -> Table:
     return _on_repeats(heads, induction.induction_scores)
 
 
-@register("previous_token", "rise", "attention from each token to the one before it", task=True)
+@register("previous_token", "rise", "attention from each token to the one before it", task=True, scale=1.0)
 def previous_token(heads: Heads) -> Table:
     return _on_repeats(heads, lambda pattern, data: induction.previous_token_scores(pattern))
