@@ -235,7 +235,7 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     )
 
 
-def analyse_lens(model, inputs, labels, names: list[str], args: dict, out_dir: Path) -> None:
+def analyse_lens(model, inputs, labels, names: list[str], args: dict, out_dir: Path, display=None) -> None:
     import torch
 
     from transformer_lab import figures
@@ -268,7 +268,8 @@ def analyse_lens(model, inputs, labels, names: list[str], args: dict, out_dir: P
     right = labels[0, labelled]
     probability = torch.stack([r[0, labelled].softmax(-1)[torch.arange(len(right)), right] for r in readings])
     predicted = [[names[i] for i in r[0, labelled].argmax(-1).tolist()] for r in readings]
-    tokens = [model.vocab[i] for i in inputs[-1][0, labelled].tolist()]
+    ids = inputs[-1][0, labelled].tolist()
+    tokens = display(ids) if display else [model.vocab[i] for i in ids]  # the task's display of its tokens
     title = f"Logit lens (accuracy by layer: {', '.join(f'{v:.2f}' for v in result.layers)})"
     write(out_dir, "lens", numbers, figures.logit_lens(probability, predicted, tokens, title))
 
@@ -311,6 +312,8 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
         for run in runs:
             print(f"{run.name}:")
             result = over_snapshots(str(run), count, device, args.get("data_path"), progress=print)
+            last = ", ".join(f"{name} {values[-1]:.3g}" for name, (values, _) in result.curves().items())
+            print(f"  at step {result.steps[-1]}: {last}")
             for line in [*result.notes, *(f"step {e['halfway']:>8}: {e['what']}" for e in result.events)]:
                 print(f"  {line}")
             results[run.name] = result
@@ -367,7 +370,9 @@ def interpret(args: dict[str, str]) -> None:
         if analysis == "heads":
             analyse_heads(model, inputs, labels, checkpoint.task, args, out_dir)
         elif analysis == "lens":
-            analyse_lens(model, inputs, labels, checkpoint.output_names, args, out_dir)
+            analyse_lens(
+                model, inputs, labels, checkpoint.output_names, args, out_dir, checkpoint.task.display_tokens
+            )
         else:
             from transformer_lab.interpret_circuit import grade_explanations
 

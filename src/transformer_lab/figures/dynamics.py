@@ -176,9 +176,14 @@ def seeds_figure(seeds: Seeds, title: str) -> Figure:
     for name in first.scores:
         if not name.startswith("lens_") and all(name in r.scores for r in runs):
             curves[name] = [r.scores[name] for r in runs]
+    right = top.twinx()
+    nats = middle.twinx() if any(in_nats(name) for name in curves if name != "loss") else None
+    drawn: dict[object, list[float]] = {}
     for name, series in curves.items():
-        ax = top if name in ("loss", first.metric_name) else middle
-        ax = ax.twinx() if name == first.metric_name else ax
+        if name in ("loss", first.metric_name):
+            ax = top if name == "loss" else right
+        else:
+            ax = nats if in_nats(name) else middle
         colour, line = style(name)
         for run, values in zip(runs, series, strict=True):
             ax.plot(run.steps, values, color=colour, linestyle=line, linewidth=0.5, alpha=0.5)
@@ -188,12 +193,22 @@ def seeds_figure(seeds: Seeds, title: str) -> Figure:
             median = [statistics.median(v) for v in zip(*series, strict=True)]
             ax.fill_between(first.steps, low, high, color=colour, alpha=0.2)
             ax.plot(first.steps, median, color=colour, linestyle=line, marker=".", label=name)
-        if ax is not middle:
-            ax.set_ylabel(name, color=colour)
-        _from_zero(ax, [v for values in series for v in values], top=1.0 if not in_nats(name) else None)
-        _log_steps(ax)
-    middle.set_ylabel("score (dashed: nats)")
+        if ax in (top, right):
+            ax.set_ylabel(name if ax is right else "loss (nats)", color=colour)
+        drawn.setdefault(ax, []).extend(v for values in series for v in values)
+    losses = drawn[top]
+    _from_zero(top, losses)
+    right.set_ylim(-0.02, 1.02)
+    _from_zero(middle, drawn.get(middle, []), top=1.0)
+    middle.set_ylabel("score")
     middle.legend(loc="upper left", fontsize=7, ncols=2)
+    if nats is not None:
+        # every loss on the scale of the run's loss, so that 0.3 nats looks like 0.3 nats of it
+        _from_zero(nats, drawn[nats], top=max(v for v in losses if v == v))
+        nats.set_ylabel("loss (nats), dashed")
+        nats.legend(loc="upper right", fontsize=7)
+    for ax in (top, middle):
+        _log_steps(ax)
     for event in seeds.events:
         step = statistics.median(event.steps)
         for ax in (top, middle):
