@@ -15,8 +15,10 @@ and runs it in the page: edit the input, remove heads, generate, and every view 
 `python -m transformer_lab.explore ckpt_path=...` does the same from a checkpoint.
 
 Files, one job each: `collect.py` (the numbers, from the model's hook points), `pack.py` (matrices
-made small), `live.py` (the model packed for the page), `page.py` (the HTML: page.html + explorer.css +
-model.js (the forward pass) + explorer.js (the views) + the data, inlined).
+made small), `layout.py` (what the page's forward pass runs: the settings, the label rules, the role of
+every weight), `live.py` (the model packed for the page), `page.py` (the HTML: page.html, explorer.css,
+the JavaScript modules in the order of `page.MODEL_SCRIPTS` and `page.PAGE_SCRIPTS`, and the data,
+inlined).
 """
 
 from collections.abc import Sequence
@@ -27,6 +29,7 @@ from transformer_lab.analysis.arguments import as_model
 from transformer_lab.errors import ConfigError
 from transformer_lab.explorer import live as live_module
 from transformer_lab.explorer.collect import MEASURE_EXAMPLES, ExplorerData, explorer_data, head_measures
+from transformer_lab.explorer.layout import check_runnable
 from transformer_lab.explorer.live import Snapshot, live_payload
 from transformer_lab.explorer.page import ExplorerPage, render, write_page
 from transformer_lab.nn import TokenModel
@@ -98,11 +101,15 @@ def explore(
     budget gets the precomputed page with a note saying why (`page.live_note`). reference: the batch
     whose mean z replaces a head in mean ablation (default: a checkpoint's first 512 test examples, else
     the input). snapshots: the same model at other training steps, for the page's step slider.
-    Returns the HTML as an `ExplorerPage` (a str; `.save(path)` writes it).
+    Returns the HTML as an `ExplorerPage` (a str; `.save(path)` writes it). A live page of a model with a
+    setting the page's JavaScript cannot run is a ConfigError, raised before anything is computed
+    (`layout.check_runnable`; `live=False` makes the precomputed page).
     """
     names = getattr(model, "output_names", None)  # a Checkpoint knows its task's class names
-    facts = _task_facts(model) if live else {}
     net = as_model(model)
+    if live:
+        check_runnable(net.config)
+    facts = _task_facts(model) if live else {}
     data = explorer_data(net, tokens, labels, ablation=ablation, output_names=names)
     data.measures = _task_measures(model)
     heading = title or f"Attention explorer: {net.config.arch} model"

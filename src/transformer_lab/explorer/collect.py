@@ -55,6 +55,7 @@ class AttentionKind:
     row_axis: str
     col_axis: str
     maps: np.ndarray  # [L, H, rows, cols], float32, each row sums to 1
+    causal: bool = False  # a query sees only itself and earlier keys (AttentionLayer.kind == "causal")
 
 
 @dataclass
@@ -257,6 +258,7 @@ def explorer_data(
             tokens[layers[group].keys],
             *GROUP_AXES[group],
             torch.cat(maps).float().cpu().numpy(),
+            layers[group].kind == "causal",
         )
         for group, maps in groups.items()
     ]

@@ -1,12 +1,15 @@
 """The live page's model: what the page's JavaScript forward pass (`model.js`) needs to run the model itself.
 
 `live_model(model, reference)` returns a `LiveModel`: the model's structure read through its shared
-interface (`stacks()`, `attention_layers()`, `num_inputs`, `generates`; no question of which class it is),
-its config, its weights as one float32 buffer (deflated, base64; tied weights stored once) with a
+interface (`stacks()`, `attention_layers()`, `num_inputs`, `generates` and the predicates that say what
+kind of model it is, which the page reads instead of working them out; no question of which class it
+is), its config, the role of every weight (`layout.weight_layout`: the page's forward pass finds each
+weight by its role), its weights as one float32 buffer (deflated, base64; tied weights stored once) with a
 manifest of state_dict names, and for mean ablation each attention layer's `hook_z` averaged over a
 reference batch per position (as `interventions` computes it). A model whose weights would take more
 than `WEIGHT_BUDGET` characters, or that has a weight the page's forward pass does not know, is not
-made live: `LiveModel.refusal` says why, and the page keeps its precomputed views.
+made live: `LiveModel.refusal` says why, and the page keeps its precomputed views. A model setting the
+page cannot run is refused before anything is made (`layout.check_runnable`: a ConfigError).
 
 Weights are float32 (float16 moves the logits by about 1e-3 of their scale); `dtype="float16"` halves
 the page for a model that would not fit otherwise, and is then exact only for the model with the same
@@ -22,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from transformer_lab.explorer.layout import LABEL_RULES, check_runnable, shipped_layout, weight_layout
 from transformer_lab.nn import TokenModel, evaluating
 from transformer_lab.nn.positional import sinusoid_frequencies
 
@@ -48,31 +52,9 @@ def _encode(values: np.ndarray) -> str:
     return base64.b64encode(zlib.compress(values.tobytes(), 6)).decode("ascii")
 
 
-def known_weights(spec: dict) -> set[str]:
-    """Every state_dict name the page's forward pass reads (it cannot run a model with any other)."""
-    names = {"unembed.weight", "unembed.bias"} | {
-        f"unembed.{i}.{p}" for i in (0, 1, 4) for p in ("weight", "bias")
-    }
-    for stack in spec["stacks"]:
-        prefix = stack["prefix"]
-        names |= {f"{prefix}embed.weight", f"{prefix}pos_embed.embedding.weight"}
-        names |= {f"{prefix}ln_final.norm.{p}" for p in ("weight", "bias")}
-        for i in range(stack["blocks"]):
-            block = f"{prefix}blocks.{i}"
-            for part in ("norm1", "norm2", "norm3"):
-                names |= {f"{block}.{part}.{p}" for p in ("weight", "bias")}
-            for attn in ("attn", "cross_attn"):
-                names |= {
-                    f"{block}.{attn}.{proj}.{p}"
-                    for proj in ("qkv_proj", "o_proj")
-                    for p in ("weight", "bias")
-                }
-            names |= {f"{block}.mlp.{fc}.{p}" for fc in ("fc_in", "fc_out") for p in ("weight", "bias")}
-    return names
-
-
 def model_spec(model: TokenModel) -> dict:
-    """The structure and config the page's forward pass runs, from the models' shared interface."""
+    """The structure, config and weight layout the page's forward pass runs, from the models' shared
+    interface (`layout.weight_layout`: what each weight is)."""
     config = model.config
     stacks = model.stacks()
     prefixes = list(stacks)
@@ -118,6 +100,7 @@ def model_spec(model: TokenModel) -> dict:
         "crossAttention": model.has_cross_attention,
         "sinusoid": [float(v) for v in div_term.tolist()],
         "vocab": list(model.vocab),
+        "layout": shipped_layout(weight_layout(model)[0]),
     }
 
 
@@ -179,13 +162,9 @@ def live_model(
         raise ValueError(f"weights={dtype!r} is unknown; use float32 (default) or float16")
     spec = model_spec(model)
     state = model.state_dict()
-    unknown = sorted(set(state) - known_weights(spec))
-    if unknown:
-        return LiveModel(
-            spec, refusal=f"the model has a weight the page's forward pass does not know ({unknown[0]})"
-        )
-    if spec["config"]["activation"] not in ("relu", "gelu"):
-        return LiveModel(spec, refusal=f"the page has no {spec['config']['activation']} activation")
+    refusal = weight_layout(model)[1]
+    if refusal:
+        return LiveModel(spec, refusal=refusal)
     # a first estimate before packing: deflate gains little on trained float32 weights
     estimate = sum(t.numel() for t in {t.untyped_storage().data_ptr(): t for t in state.values()}.values())
     estimate = estimate * np.dtype(DTYPES[dtype]).itemsize * 4 // 3
@@ -267,7 +246,9 @@ def live_payload(
 ) -> tuple[dict | None, str | None]:
     """The page's `live` section for the model and the inputs its precomputed views show, or (None, why
     the page cannot run it). `snapshots`: the same model at other steps (one of them may be `model`
-    itself); as many as fit in the budget are kept, spread over the run."""
+    itself); as many as fit in the budget are kept, spread over the run. A setting the page cannot run
+    is a ConfigError (`layout.check_runnable`), raised before anything is packed."""
+    check_runnable(model.config)
     live = live_model(model, reference, dtype, budget)
     if live.refusal:
         return None, live.refusal
@@ -276,8 +257,10 @@ def live_payload(
     if snapshots:
         packed, sizes = [], []
         for snapshot in snapshots:
-            part = live if snapshot.model is model else live_model(snapshot.model, reference, dtype, budget)
-            if part.refusal or part.spec["config"] != live.spec["config"]:
+            part = live if snapshot.model is model else None
+            if part is None and snapshot.model.config.to_dict() == model.config.to_dict():
+                part = live_model(snapshot.model, reference, dtype, budget)
+            if part is None or part.refusal:
                 notes.append(f"the snapshot at step {snapshot.step} is left out (another architecture)")
                 continue
             packed.append((snapshot, part))
@@ -309,8 +292,12 @@ def live_payload(
     if separator is None:  # as the task would write it: characters, or tokens apart
         vocab = model.vocab
         separator = "" if " " in vocab and all(len(t) == 1 for t in vocab) else " "
-    if label_rule is None and mode == "tokens" and model.generates:
-        label_rule = "next"
+    if label_rule is None and mode == "tokens" and model.decoder_only:
+        label_rule = "next"  # a bare decoder-only model: each position's label is the next token
+    if label_rule is not None and label_rule not in LABEL_RULES:
+        known = ", ".join(LABEL_RULES)
+        notes.append(f"the page knows no label rule {label_rule!r} (it knows {known}): no ✓/✗ when edited")
+        label_rule = None
     specials = [i for i in (config.pad_id, config.bos_id, config.eos_id, config.sep_id) if i is not None]
     with evaluating(model):
         logits = model(*inputs)

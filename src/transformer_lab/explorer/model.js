@@ -1,119 +1,41 @@
-/* transformer-lab's models in plain JavaScript: the forward pass of every architecture and option of
- * `transformer_lab.nn`, in float32 typed arrays, for the live explorer page (and a Web Worker).
+/* model.js: transformer-lab's models in plain JavaScript, the forward pass alone: token and positional
+ * embeddings, multi-head attention with its masks, pre- and post-norm blocks (with cross-attention), the
+ * MLP, the norms, the output layer, and generation with a KV cache. Float32 typed arrays; no DOM and no
+ * dependency, so it runs in a page, in the page's Web Worker and in Node. analyses.js (ablation table,
+ * patching, rollout), checks.js (the API's argument checks) and runner.js (the views' runs, the worker)
+ * sit beside it, each adding its part to the one namespace `TransformerLab` (see page.py for the order).
  *
- * No DOM and no dependency: `TransformerLabModel` is a plain object of functions, usable in a page, a
- * worker or Node. The weights come from the page's data (written by explorer/live.py): one float32 (or
- * float16) buffer and a manifest [name, offset, shape] per tensor, named as the PyTorch state_dict names
- * them (`blocks.0.attn.qkv_proj.weight`, `decoder.blocks.1.cross_attn.o_proj.bias`, ...). Tied weights
- * share an offset. The structure (stacks, blocks, attention layers in `interventions.attention_layers`
- * order) comes from the model's own interface (`stacks()`, `attention_layers()`), so nothing here asks
- * which of the three models it runs: it runs stacks of blocks.
+ * The weights come from the page's data (explorer/live.py): one float32 (or float16) buffer and a
+ * manifest [name, offset, shape] per tensor; tied weights share an offset. What each tensor is comes from
+ * the layout Python ships with the structure (`spec.layout`, from explorer/layout.py: name, role, stack,
+ * block, shape): the forward pass asks for "attn.qkv.weight of stack 0, block 1", never for a name or an
+ * index of its own. The structure (stacks, blocks, attention layers in `interventions.attention_layers`
+ * order) comes from the model's own interface, so nothing here asks which of the three models it runs.
  *
  * Every activation is a Float32Array [positions x features], row-major; sums are accumulated in float64
  * (JavaScript numbers) and rounded to float32 when stored, so results stay within a few float32 ulps
  * of PyTorch's.
  */
-"use strict";
-// eslint-disable-next-line no-unused-vars
-const TransformerLabModel = (function () {
+(function (TL) {
+  "use strict";
   const FLOAT32_MIN = -3.4028234663852886e38; // torch.finfo(torch.float32).min: masked attention scores
-  const LN_EPS = 1e-5; // nn.LayerNorm's default eps
-
-  // ------------------------------------------------------------------------------------ erf, GELU
-  /** erf(x) to ~1e-14 absolute (JavaScript has no Math.erf): the Maclaurin series
-   *  erf(x) = 2/sqrt(pi) sum_n (-1)^n x^(2n+1) / (n! (2n+1)) for |x| < 3 (at most ~60 terms; the
-   *  largest term is < e^9, so float64 keeps ~12 digits after cancellation), and the continued fraction
-   *  erfc(x) = exp(-x^2)/sqrt(pi) * 1/(x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))) for |x| >= 3, evaluated
-   *  from the back (erfc(3) = 2.2e-5, so its relative error hardly matters). */
-  function erfExact(x) {
-    const a = Math.abs(x);
-    let result;
-    if (a < 3) {
-      const x2 = a * a;
-      let term = a;
-      let sum = a;
-      for (let n = 1; n < 80; n++) {
-        term *= -x2 / n;
-        const add = term / (2 * n + 1);
-        sum += add;
-        if (Math.abs(add) < 1e-17 * Math.abs(sum)) break;
-      }
-      result = (2 / Math.sqrt(Math.PI)) * sum;
-    } else if (a < 6.5) {
-      let fraction = a; // x + (k/2) / (x + ((k+1)/2) / ...), from k = 60 down to 1
-      for (let k = 60; k >= 1; k--) fraction = a + (k / 2) / fraction;
-      result = 1 - Math.exp(-a * a) / Math.sqrt(Math.PI) / fraction;
-    } else {
-      result = 1; // erfc(6.5) < 4e-20
-    }
-    return x < 0 ? -result : result;
-  }
-
-  /** erf from a table: cubic Hermite interpolation between nodes 1/64 apart on [0, 6.5], each node
-   *  holding erf and its derivative 2/sqrt(pi) exp(-x^2) (from `erfExact`). The interpolation error is
-   *  at most h^4 / 384 * max |erf^(4)| < 7e-10 (h = 1/64), far below the 1e-7 GELU needs, at a tenth
-   *  of the series' cost. */
-  const ERF_STEP = 1 / 64;
-  const ERF_NODES = Math.ceil(6.5 / ERF_STEP) + 2;
-  const ERF_VALUE = new Float64Array(ERF_NODES);
-  const ERF_SLOPE = new Float64Array(ERF_NODES); // derivative times the step
-  for (let i = 0; i < ERF_NODES; i++) {
-    const x = i * ERF_STEP;
-    ERF_VALUE[i] = erfExact(x);
-    ERF_SLOPE[i] = (2 / Math.sqrt(Math.PI)) * Math.exp(-x * x) * ERF_STEP;
-  }
-  function erf(x) {
-    const a = Math.abs(x);
-    if (!(a < 6.5)) return x !== x ? NaN : x < 0 ? -1 : 1;
-    const u = a / ERF_STEP;
-    const i = Math.floor(u);
-    const t = u - i;
-    const t2 = t * t;
-    const t3 = t2 * t;
-    const value = (2 * t3 - 3 * t2 + 1) * ERF_VALUE[i] + (t3 - 2 * t2 + t) * ERF_SLOPE[i] +
-      (-2 * t3 + 3 * t2) * ERF_VALUE[i + 1] + (t3 - t2) * ERF_SLOPE[i + 1];
-    return x < 0 ? -value : value;
-  }
-
-  /** GELU, exact form (nn.GELU's default): x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))). */
-  const gelu = (x) => 0.5 * x * (1 + erf(x * Math.SQRT1_2));
+  const LN_EPS = 1e-5; // nn.LayerNorm's default eps (layout.LAYER_NORM_EPS)
+  // The settings this forward pass implements: the mirror of explorer/layout.py's CAPABILITIES (a test
+  // holds them equal; Python refuses any other value before a page is made).
+  const CAPABILITIES = {
+    arch: ["encoder", "decoder", "encoder_decoder"],
+    positional_encoding: ["sinusoidal", "learned", "none"],
+    activation: ["relu", "gelu"],
+    norm_first: [false, true],
+    bias: [false, true],
+    output_mlp: [false, true],
+    tie_embeddings: [false, true],
+    scale_attention: [false, true],
+    mlp: [false, true],
+  };
+  const { gelu } = TL.erf; // exact GELU through a tabulated erf (erf.js)
   const relu = (x) => (x > 0 ? x : 0);
   const ACTIVATIONS = { relu, gelu };
-
-  // ---------------------------------------------------------------------------------- weights
-  /** IEEE half -> float32 (the opt-in float16 weights). */
-  function halfToFloat(bits) {
-    const out = new Float32Array(bits.length);
-    for (let i = 0; i < bits.length; i++) {
-      const h = bits[i];
-      const sign = h & 0x8000 ? -1 : 1;
-      const exponent = (h >> 10) & 0x1f;
-      const fraction = h & 0x3ff;
-      out[i] = exponent === 0 ? sign * 2 ** -14 * (fraction / 1024)
-        : exponent === 31 ? (fraction ? NaN : sign * Infinity)
-        : sign * 2 ** (exponent - 15) * (1 + fraction / 1024);
-    }
-    return out;
-  }
-
-  /** The tensors of an inflated weight buffer: {name: Float32Array view}, from the manifest's
-   *  [name, offset (in values), shape] entries. `dtype`: float32 | float16 (as stored). */
-  function tensors(bytes, manifest, dtype) {
-    let values;
-    if (dtype === "float16") {
-      values = halfToFloat(new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.length / 2));
-    } else {
-      const copy = bytes.byteOffset % 4 === 0 ? bytes : bytes.slice(); // Float32Array needs alignment
-      values = new Float32Array(copy.buffer, copy.byteOffset, copy.length / 4);
-    }
-    const out = {};
-    for (const [name, offset, shape] of manifest) {
-      const size = shape.reduce((a, b) => a * b, 1);
-      if (offset + size > values.length) throw new Error(`weight ${name} lies outside the weight data`);
-      out[name] = values.subarray(offset, offset + size);
-    }
-    return out;
-  }
 
   // ------------------------------------------------------------------------- the building blocks
   /** y = x W^T + b (nn.Linear): x [T, nIn], W [nOut, nIn] starting at row `row0` of `W`, b [nOut]
@@ -268,23 +190,38 @@ const TransformerLabModel = (function () {
   }
 
   // -------------------------------------------------------------------------------- the model
+  /** The key of a weight in the layout: its role in a stack's block (null: the stack's own, or the
+   *  model's output layer). */
+  const partKey = (stack, block, role) => `${stack ?? "-"}/${block ?? "-"}/${role}`;
+
   class Model {
     /** spec: {config, stacks: [{prefix, causal, cross, blocks, input}], layers: [{name, kind, group,
-     *  label, queries, keys, stack, block, module}], numInputs, generates, sinusoid (the float32 div_term
-     *  of the sinusoidal encoding)}; weights: {name: Float32Array}; means: {layer index: Float32Array
-     *  [T_ref, H, d_head]} (mean ablation), optional. */
+     *  label, queries, keys, stack, block, module}], numInputs, generates, decoderOnly, languageModel,
+     *  readsSource, crossAttention (the model's predicates, said once in Python), sinusoid (the float32
+     *  div_term of the sinusoidal encoding), layout ({columns, rows}: what each weight is)}; weights:
+     *  {name: Float32Array}; means: {layer index: Float32Array [T_ref, H, d_head]} (mean ablation). */
     constructor(spec, weights, means) {
       this.spec = spec;
       this.config = spec.config;
       this.weights = weights;
       this.means = means || {};
       const c = spec.config;
+      for (const [key, values] of Object.entries(CAPABILITIES)) {
+        if (!values.includes(c[key])) throw new Error(`${key}=${JSON.stringify(c[key])} is not one the page runs (${values.join(", ")})`);
+      }
       this.D = c.model_dim;
       this.H = c.num_heads;
       this.dh = this.D / this.H;
       this.classes = c.output_classes;
-      this.act = Object.hasOwn(ACTIVATIONS, c.activation) ? ACTIVATIONS[c.activation] : null;
-      if (!this.act) throw new Error(`activation ${c.activation} is not known to the page`);
+      this.act = ACTIVATIONS[c.activation];
+      // every weight by its role (explorer/layout.py says which tensor is which)
+      this.parts = new Map();
+      const column = Object.fromEntries(spec.layout.columns.map((name, i) => [name, i]));
+      for (const row of spec.layout.rows) {
+        const name = row[column.name];
+        if (weights[name] === undefined) throw new Error(`the page has no weight ${name}`);
+        this.parts.set(partKey(row[column.stack], row[column.block], row[column.role]), weights[name]);
+      }
       this.layerIndex = {}; // "stack.block.module" -> index in attention_layers order
       spec.layers.forEach((layer, i) => (this.layerIndex[`${layer.stack}.${layer.block}.${layer.module}`] = i));
       this.numLayers = spec.layers.length;
@@ -293,23 +230,26 @@ const TransformerLabModel = (function () {
       this.peCache = new Map();
     }
 
-    w(name) {
-      const t = this.weights[name];
-      if (t === undefined) throw new Error(`the page has no weight ${name}`);
+    /** The weight of `role` in stack `stack`, block `block` (null: none there, as a bias-free model's
+     *  biases or a post-norm stack's final norm). */
+    part(stack, block, role) {
+      return this.parts.get(partKey(stack, block, role)) || null;
+    }
+
+    /** The same, where the model must have it. */
+    need(stack, block, role) {
+      const t = this.part(stack, block, role);
+      if (!t) throw new Error(`the page has no weight ${role} (stack ${stack}, block ${block})`);
       return t;
     }
 
-    has(name) {
-      return this.weights[name] !== undefined;
-    }
-
-    /** P[position] added to the token embedding: sinusoidal, learned or none. */
-    positional(pos, out, o) {
+    /** P[position] added to the token embedding of stack `s`: sinusoidal, learned or none. */
+    positional(s, pos, out, o) {
       const c = this.config;
       const D = this.D;
       if (pos >= c.max_len) throw new Error(`position ${pos} is beyond the model's max_len=${c.max_len}`);
       if (c.positional_encoding === "learned") {
-        const P = this.w(`${this._prefix}pos_embed.embedding.weight`);
+        const P = this.need(s, null, "pos_embed");
         for (let i = 0; i < D; i++) out[o + i] += P[pos * D + i];
       } else if (c.positional_encoding === "sinusoidal") {
         let row = this.peCache.get(pos);
@@ -327,13 +267,17 @@ const TransformerLabModel = (function () {
       }
     }
 
-    /** Multi-head attention of one layer: MultiHead(X) = Concat(head_1..head_H) W^O, head_h =
-     *  softmax(Q_h K_h^T / sqrt(d_head) + mask) V_h, Q = X W^Q, K = Y W^K, V = Y W^V (Y = X, or the
-     *  encoder's output for cross-attention). Returns the output [T, D]; records the pattern and z. */
-    attention(x, T, name, layer, ctx) {
+    /** Multi-head attention of one layer (module `module`, "attn" or "cross_attn", of block i of stack
+     *  s): MultiHead(X) = Concat(head_1..head_H) W^O, head_h = softmax(Q_h K_h^T / sqrt(d_head) + mask)
+     *  V_h, Q = X W^Q, K = Y W^K, V = Y W^V (Y = X, or the encoder's output for cross-attention).
+     *  Returns the output [T, D]; records the pattern and z. */
+    attention(x, T, where, layer, ctx) {
       const { D, H, dh } = this;
-      const W = this.w(`${name}.qkv_proj.weight`);
-      const b = this.has(`${name}.qkv_proj.bias`) ? this.w(`${name}.qkv_proj.bias`) : null;
+      const [stack, block, module] = where; // the weights: `${module}.qkv.weight` of that block, ...
+      const W = this.need(stack, block, `${module}.qkv.weight`);
+      const b = this.part(stack, block, `${module}.qkv.bias`);
+      const Wo = this.need(stack, block, `${module}.out.weight`);
+      const bo = this.part(stack, block, `${module}.out.bias`);
       let q, keys, values, Tk, keyVisible;
       const cache = ctx.kv; // KV of this layer (self-attention) or null
       const offset = ctx.offset;
@@ -429,8 +373,7 @@ const TransformerLabModel = (function () {
         ctx.record.patterns[layer] = { data: pattern, H, Tq: T, Tk };
         if (ctx.record.z) ctx.record.z[layer] = z;
       }
-      const bo = this.has(`${name}.o_proj.bias`) ? this.w(`${name}.o_proj.bias`) : null;
-      return linear(z, T, D, this.w(`${name}.o_proj.weight`), bo, D);
+      return linear(z, T, D, Wo, bo, D);
     }
 
     /** z's mean over the reference batch at (position, head, dim); positions past the reference's
@@ -452,32 +395,32 @@ const TransformerLabModel = (function () {
       };
     }
 
-    /** FFN(x) = W_2 act(W_1 x + b_1) + b_2, each position on its own. */
-    mlp(x, T, name) {
+    /** FFN(x) = W_2 act(W_1 x + b_1) + b_2, each position on its own (block i of stack s). */
+    mlp(x, T, s, i) {
       const { D } = this;
       const F = this.config.feedforward_dim;
-      const opt = (n) => (this.has(n) ? this.w(n) : null);
-      const hidden = linear(x, T, D, this.w(`${name}.fc_in.weight`), opt(`${name}.fc_in.bias`), F);
+      const hidden = linear(x, T, D, this.need(s, i, "mlp.in.weight"), this.part(s, i, "mlp.in.bias"), F);
       const act = this.act;
-      for (let i = 0; i < hidden.length; i++) hidden[i] = act(hidden[i]);
-      return linear(hidden, T, F, this.w(`${name}.fc_out.weight`), opt(`${name}.fc_out.bias`), D);
+      for (let k = 0; k < hidden.length; k++) hidden[k] = act(hidden[k]);
+      return linear(hidden, T, F, this.need(s, i, "mlp.out.weight"), this.part(s, i, "mlp.out.bias"), D);
     }
 
-    norm(x, T, name) {
-      return layerNorm(x, T, this.D, this.w(`${name}.weight`), this.has(`${name}.bias`) ? this.w(`${name}.bias`) : null);
+    /** LayerNorm with the weights of `role` ("attn.norm", "final_norm", ...): role.weight, role.bias. */
+    norm(x, T, s, i, role) {
+      return layerNorm(x, T, this.D, this.need(s, i, `${role}.weight`), this.part(s, i, `${role}.bias`));
     }
 
     /** One block. Post-norm: x = LN(x + Attn(x)) ... ; pre-norm: x = x + Attn(LN(x)) ...; a decoder
-     *  block has cross-attention between self-attention and the MLP; `mlp=false` blocks have no MLP. */
+     *  block has cross-attention between self-attention and the MLP; `mlp=false` blocks have no MLP.
+     *  Each sub-layer's LayerNorm is the one the layout names for it (`attn.norm`, `mlp.norm`, ...). */
     block(x, T, s, i, ctx) {
       const stack = this.spec.stacks[s];
-      const p = `${stack.prefix}blocks.${i}`;
       const preNorm = this.config.norm_first;
-      const hasMlp = this.has(`${p}.mlp.fc_in.weight`);
+      const hasMlp = this.part(s, i, "mlp.in.weight") !== null;
       const selfLayer = this.layerIndex[`${s}.${i}.attn`];
       const selfCtx = { ...ctx, cross: false, kv: ctx.cache ? ctx.cache.blocks[i] : null };
       const sub = [];
-      sub.push((y) => this.attention(y, T, `${p}.attn`, selfLayer, selfCtx));
+      sub.push(["attn", (y) => this.attention(y, T, [s, i, "attn"], selfLayer, selfCtx)]);
       if (stack.cross) {
         const crossLayer = this.layerIndex[`${s}.${i}.cross_attn`];
         const memoryKV = ctx.cache && ctx.cache.memory ? ctx.cache.memory[i] : null;
@@ -488,13 +431,13 @@ const TransformerLabModel = (function () {
           memoryKV,
           storeMemoryKV: ctx.cache && ctx.cache.memory ? (kv) => (ctx.cache.memory[i] = kv) : null,
         };
-        sub.push((y) => this.attention(y, T, `${p}.cross_attn`, crossLayer, crossCtx));
+        sub.push(["cross_attn", (y) => this.attention(y, T, [s, i, "cross_attn"], crossLayer, crossCtx)]);
       }
-      if (hasMlp) sub.push((y) => this.mlp(y, T, `${p}.mlp`));
-      sub.forEach((f, k) => {
-        const normName = `${p}.norm${k + 1}`;
-        x = preNorm ? add(x, f(this.norm(x, T, normName))) : this.norm(add(x, f(x)), T, normName);
-      });
+      if (hasMlp) sub.push(["mlp", (y) => this.mlp(y, T, s, i)]);
+      for (const [name, f] of sub) {
+        const role = `${name}.norm`;
+        x = preNorm ? add(x, f(this.norm(x, T, s, i, role))) : this.norm(add(x, f(x)), T, s, i, role);
+      }
       return x;
     }
 
@@ -513,7 +456,6 @@ const TransformerLabModel = (function () {
       if (offset + T > c.max_len) {
         throw new Error(`${offset + T} positions are more than the model's max_len=${c.max_len}; shorten the input`);
       }
-      this._prefix = stack.prefix;
       // position = real tokens before this one where the model has padding (padding-aware positions)
       let keyReal = null;
       const positions = new Array(T);
@@ -550,13 +492,13 @@ const TransformerLabModel = (function () {
         first = opts.start.hook;
         x = opts.start.x;
       } else {
-        const E = this.w(`${stack.prefix}embed.weight`);
+        const E = this.need(s, null, "embed");
         x = new Float32Array(T * D);
         for (let t = 0; t < T; t++) {
           const tok = tokens[t];
           if (!(tok >= 0 && tok < c.vocab_size)) throw new Error(`token id ${tok} is not in the vocabulary`);
           x.set(E.subarray(tok * D, (tok + 1) * D), t * D);
-          this.positional(positions[t], x, t * D);
+          this.positional(s, positions[t], x, t * D);
         }
       }
       const resid = opts.record && opts.record.resid ? (opts.record.resid[s] = []) : null;
@@ -568,19 +510,19 @@ const TransformerLabModel = (function () {
         if (resid) resid[i] = x;
         if (i < L) x = this.block(x, T, s, i, ctx);
       }
-      const finalNorm = `${stack.prefix}ln_final.norm`;
-      return this.has(`${finalNorm}.weight`) ? this.norm(x, T, finalNorm) : x;
+      return this.part(s, null, "final_norm.weight") ? this.norm(x, T, s, null, "final_norm") : x;
     }
-
-    /** The output layer: one Linear, or the tutorial's Linear-LayerNorm-ReLU-Linear. [T, classes]. */
+/** The output layer: one Linear, or the tutorial's Linear-LayerNorm-ReLU-Linear (the layout's
+     *  unembed.hidden and unembed.norm, then unembed). [T, classes]. */
     unembed(x, T) {
       const { D } = this;
-      const opt = (n) => (this.has(n) ? this.w(n) : null);
-      if (this.has("unembed.weight")) return linear(x, T, D, this.w("unembed.weight"), opt("unembed.bias"), this.classes);
-      let h = linear(x, T, D, this.w("unembed.0.weight"), opt("unembed.0.bias"), D);
-      h = layerNorm(h, T, D, this.w("unembed.1.weight"), opt("unembed.1.bias"));
-      for (let i = 0; i < h.length; i++) h[i] = relu(h[i]);
-      return linear(h, T, D, this.w("unembed.4.weight"), opt("unembed.4.bias"), this.classes);
+      let h = x;
+      if (this.part(null, null, "unembed.hidden.weight")) {
+        h = linear(x, T, D, this.need(null, null, "unembed.hidden.weight"), this.part(null, null, "unembed.hidden.bias"), D);
+        h = layerNorm(h, T, D, this.need(null, null, "unembed.norm.weight"), this.part(null, null, "unembed.norm.bias"));
+        for (let i = 0; i < h.length; i++) h[i] = relu(h[i]);
+      }
+      return linear(h, T, D, this.need(null, null, "unembed.weight"), this.part(null, null, "unembed.bias"), this.classes);
     }
 
     /** The memory a cross-attention stack reads: the first stack's output and which positions are real. */
@@ -705,7 +647,7 @@ const TransformerLabModel = (function () {
         const result = this.run([prompt], opts);
         return Array.from({ length: result.T }, (_, t) => argmax(result.logits, t * result.C, result.C));
       }
-      if (this.spec.numInputs === 2) return this.generateSeq2seq(prompt, undefined, opts);
+      if (this.spec.readsSource) return this.generateSeq2seq(prompt, undefined, opts);
       const maxNew = opts.maxNew ?? this.config.max_len - prompt.length;
       return this.generate(prompt, maxNew, { ...opts, temperature: 0 }).slice(prompt.length);
     }
@@ -714,11 +656,10 @@ const TransformerLabModel = (function () {
      *  `forced_inputs`: the prompt and the output but its last token; or source and <bos> output[:-1]. */
     forcedInputs(prompt, output) {
       if (!this.spec.generates) return [prompt];
-      if (this.spec.numInputs === 2) return [prompt, [this.config.bos_id, ...output.slice(0, -1)]];
+      if (this.spec.readsSource) return [prompt, [this.config.bos_id, ...output.slice(0, -1)]];
       return [prompt.concat(output.slice(0, -1))];
     }
   }
-
   // ------------------------------------------------------------------------------- helpers
   function toAblationMap(pairs, numLayers, H) {
     if (!pairs || pairs.length === 0) return null;
@@ -804,493 +745,16 @@ const TransformerLabModel = (function () {
     };
   }
 
-  // ------------------------------------------------------------------------- interventions
-  /** The head-ablation table for one input (as the explorer's Python table): per attention layer and
-   *  head, the drop of the mean log-probability of the model's own predictions (over `positions`,
-   *  a boolean per output position; default all) when that head is removed. */
-  function ablationTable(model, inputs, opts = {}) {
-    const base = model.run(inputs);
-    const { T, C } = base;
-    const predicted = Array.from({ length: T }, (_, t) => argmax(base.logits, t * C, C));
-    const positions = opts.positions || new Array(T).fill(true);
-    const count = positions.filter(Boolean).length || 1;
-    const score = (logits) => {
-      let sum = 0;
-      for (let t = 0; t < T; t++) if (positions[t]) sum += logSoftmax(logits, t * C, C)[predicted[t]];
-      return sum / count;
-    };
-    const baseline = score(base.logits);
-    const drops = [];
-    for (let layer = 0; layer < model.numLayers; layer++) {
-      const row = [];
-      for (let h = 0; h < model.H; h++) {
-        const ablated = model.run(inputs, { ablate: [[layer, h]], ablation: opts.ablation || "zero" });
-        row.push(baseline - score(ablated.logits));
-      }
-      drops.push(row);
-    }
-    return { baseline, drops, positions: count };
-  }
-
-  /** Activation patching, as interventions.activation_patching computes it for one clean/corrupted
-   *  pair: run the corrupted input with one activation pasted from the clean run, and report
-   *      restored = (LD_patched - LD_corrupted) / (LD_clean - LD_corrupted),
-   *      LD = logit(clean answer) - logit(corrupted answer) at output position `position`,
-   *  for every residual-stream hook (each block's resid_pre, then the last block's resid_post, per
-   *  stack) x position, and for every head's z. `onProgress(done, total)` may be called; returns a
-   *  Promise when `yieldEvery` is set (so a page stays responsive), else the result. */
-  function patching(model, clean, corrupted, answer, opts = {}) {
-    const { position, cleanAnswer, corruptedAnswer } = answer;
-    const stacks = model.spec.stacks;
-    const C = model.classes;
-    const difference = (logits) => logits[position * C + cleanAnswer] - logits[position * C + corruptedAnswer];
-    const cleanRun = model.run(clean, { record: { patterns: [], resid: [], z: [] } });
-    // the corrupted run, with every stack's residual stream and K/V kept, so a patch at (hook, p)
-    // resumes from there instead of starting over
-    const caches = stacks.map((st) => new StackCache(st.blocks, model.config.max_len, model.D, st.cross));
-    const badRun = model.run(corrupted, { record: { patterns: [], resid: [] }, stackCaches: caches });
-    const cleanDiff = difference(cleanRun.logits);
-    const badDiff = difference(badRun.logits);
-    const scale = cleanDiff - badDiff;
-    if (Math.abs(scale) < 1e-6) throw new Error("the clean and corrupted inputs give the same logit difference: nothing to restore");
-    const restored = (logits) => (difference(logits) - badDiff) / scale;
-    const jobs = [];
-    const resid = {};
-    stacks.forEach((st, s) => {
-      const T = corrupted[st.input].length;
-      for (let hook = 0; hook <= st.blocks; hook++) {
-        const name = hook < st.blocks ? `${st.prefix}blocks.${hook}.hook_resid_pre` : `${st.prefix}blocks.${st.blocks - 1}.hook_resid_post`;
-        resid[name] = new Array(T).fill(0);
-        for (let p = 0; p < T; p++) jobs.push({ kind: "resid", s, hook, p, name });
-      }
-    });
-    const heads = Array.from({ length: model.numLayers }, () => new Array(model.H).fill(0));
-    if (opts.heads !== false) {
-      for (let layer = 0; layer < model.numLayers; layer++) for (let h = 0; h < model.H; h++) jobs.push({ kind: "head", layer, h });
-    }
-    const last = stacks.length - 1;
-    const runJob = (job) => {
-      if (job.kind === "head") {
-        const logits = model.run(corrupted, { patchZ: { layer: job.layer, head: job.h, z: cleanRun.record.z[job.layer] } }).logits;
-        heads[job.layer][job.h] = restored(logits);
-        return;
-      }
-      const st = stacks[job.s];
-      const D = model.D;
-      const T = corrupted[st.input].length;
-      // a causal stack: rows before p are unchanged; resume at block `hook` for rows p.. with the
-      // corrupted run's keys and values of rows < p
-      if (st.causal && job.s === last) {
-        const cache = caches[job.s].copy();
-        cache.truncate(job.p);
-        const x = badRun.record.resid[job.s][job.hook].slice(job.p * D, T * D);
-        x.set(cleanRun.record.resid[job.s][job.hook].subarray(job.p * D, (job.p + 1) * D), 0);
-        if (position < job.p) {
-          resid[job.name][job.p] = 0; // the answer's position cannot see the patched one
-          return;
-        }
-        const out = model.runStack(job.s, corrupted[st.input].slice(job.p), {
-          cache,
-          memory: st.cross ? badRun.memory : null,
-          start: { hook: job.hook, x },
-        });
-        const logits = model.unembed(out.subarray((position - job.p) * D, (position - job.p + 1) * D), 1);
-        resid[job.name][job.p] = (logits[cleanAnswer] - logits[corruptedAnswer] - badDiff) / scale;
-        return;
-      }
-      const x = badRun.record.resid[job.s][job.hook].slice();
-      x.set(cleanRun.record.resid[job.s][job.hook].subarray(job.p * D, (job.p + 1) * D), job.p * D);
-      const logits = model.run(corrupted, {
-        start: { stack: job.s, hook: job.hook, x },
-        skipStacks: stacks.map((_, i) => i).filter((i) => i < job.s),
-        memory: job.s > 0 ? badRun.memory : null,
-      }).logits;
-      resid[job.name][job.p] = restored(logits);
-    };
-    const result = () => ({ clean: cleanDiff, corrupted: badDiff, resid, layers: model.spec.layers.map((l) => l.name), heads });
-    if (!opts.yieldEvery) {
-      jobs.forEach(runJob);
-      return result();
-    }
-    return (async () => {
-      for (let i = 0; i < jobs.length; i++) {
-        runJob(jobs[i]);
-        if ((i + 1) % opts.yieldEvery === 0) {
-          if (opts.onProgress) opts.onProgress(i + 1, jobs.length);
-          if (opts.cancelled && opts.cancelled()) throw new Error("cancelled");
-          await new Promise((resolve) => setTimeout(resolve, 0));
-        }
-      }
-      return result();
-    })();
-  }
-
-  // ------------------------------------------------------------------------- argument checks
-  /** The checks of an API's arguments (the page's window.transformerLab), said once: each returns the
-   *  value to use (lists copied, so a caller cannot change them after the check) or throws an Error
-   *  "fn: name=value <problem>; use <what is allowed>". `model` gives the ranges: vocabulary, max_len,
-   *  attention layers and heads, the means it carries. Own properties only are read. */
-  const checks = (() => {
-    /** A short, safe rendering of any value for a message (a hostile value cannot make it throw). */
-    function shown(value, depth = 0) {
-      try {
-        if (typeof value === "string") return JSON.stringify(value.length > 40 ? value.slice(0, 37) + "..." : value);
-        if (typeof value === "number") return Object.is(value, -0) ? "-0" : String(value);
-        if (typeof value === "bigint") return `${value}n`;
-        if (typeof value === "symbol") return value.toString();
-        if (typeof value === "function") return "a function";
-        if (value === undefined || value === null || typeof value === "boolean") return String(value);
-        if (depth > 1) return Array.isArray(value) ? "[...]" : "{...}";
-        if (Array.isArray(value)) {
-          const items = [];
-          for (let i = 0; i < Math.min(value.length, 6); i++) items.push(shown(value[i], depth + 1));
-          return `[${items.join(",")}${value.length > 6 ? `,... (${value.length} items)` : ""}]`;
-        }
-        const keys = Object.keys(value);
-        const items = keys.slice(0, 4).map((key) => `${key.slice(0, 20)}: ${shown(value[key], depth + 1)}`);
-        return `{${items.join(", ")}${keys.length > 4 ? ", ..." : ""}}`;
-      } catch (error) {
-        return "(a value that cannot be shown)";
-      }
-    }
-
-    /** Throw "fn: what problem; use allowed" (`what`: "name=value", or a name alone). */
-    function fail(fn, what, problem, allowed) {
-      throw new Error(`${fn}: ${what} ${problem}; use ${allowed}`);
-    }
-    const bad = (fn, name, value, problem, allowed) => fail(fn, `${name}=${shown(value)}`, problem, allowed);
-    const own = (object, key) => (Object.hasOwn(object, key) ? object[key] : undefined);
-    const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
-    /** A dense copy of an array (a hole becomes undefined, so that every entry is checked). */
-    const copy = (array) => Array.from({ length: array.length }, (_, i) => array[i]);
-
-    /** An integer from low to high (high may be Infinity); `why` explains the bound. */
-    function integer(fn, name, value, low, high, why = "") {
-      const allowed = low === high ? `${low}` : high === Infinity ? `an integer from ${low} up` : `an integer from ${low} to ${high}`;
-      if (!Number.isInteger(value)) bad(fn, name, value, "is not an integer", allowed);
-      if (value < low || value > high) bad(fn, name, value, `is out of range${why}`, allowed);
-      return value;
-    }
-
-    /** A number that passes `ok` (finite numbers only); `allowed` says which. */
-    function number(fn, name, value, ok, allowed) {
-      if (typeof value !== "number" || !Number.isFinite(value) || !ok(value)) bad(fn, name, value, "is not allowed", allowed);
-      return value;
-    }
-
-    /** An options object: nothing (undefined or null), or a plain object whose keys are among `keys`.
-     *  Returns an object with exactly `keys` as own properties (undefined where not given). */
-    function fields(fn, name, value, keys) {
-      const out = {};
-      for (const key of keys) out[key] = undefined;
-      if (value === undefined || value === null) return out;
-      if (!isObject(value)) bad(fn, name, value, "is not an object", `{${keys.join(", ")}} or nothing`);
-      for (const key of Object.keys(value)) {
-        if (!keys.includes(key)) fail(fn, `${name}.${shown(key).slice(1, -1)}`, "is not known", keys.join(", "));
-        out[key] = value[key];
-      }
-      return out;
-    }
-
-    /** A list of token ids: a non-empty array of at most max_len integers in [0, vocab_size). */
-    function tokens(fn, name, value, model) {
-      const V = model.config.vocab_size;
-      const L = model.config.max_len;
-      const allowed = `an array of 1 to ${L} integers from 0 to ${V - 1}`;
-      if (!Array.isArray(value)) bad(fn, name, value, "is not a list of token ids", allowed);
-      if (value.length === 0) fail(fn, name, "is empty", allowed);
-      if (value.length > L) fail(fn, name, `has ${value.length} tokens, more than the model's max_len=${L}`, `at most ${L}`);
-      const ids = copy(value);
-      ids.forEach((id, i) => {
-        if (!(Number.isInteger(id) && id >= 0 && id < V)) bad(fn, `${name}[${i}]`, id, "is not a token id", `integers from 0 to ${V - 1}`);
-      });
-      return ids;
-    }
-
-    /** The model's inputs, one token list per input: a list of token ids (or [ids]) for a model of one
-     *  input; {source, target} (or [source, target]) for an encoder-decoder. */
-    function inputs(fn, name, value, model) {
-      if (model.spec.stacks.length === 1) {
-        if (Array.isArray(value) && value.length === 1 && Array.isArray(value[0])) return [tokens(fn, `${name}[0]`, value[0], model)];
-        return [tokens(fn, name, value, model)];
-      }
-      if (Array.isArray(value) && value.length === 2 && value.every(Array.isArray)) {
-        return [tokens(fn, `${name}[0]`, value[0], model), tokens(fn, `${name}[1]`, value[1], model)];
-      }
-      const allowed = "{source: [token ids], target: [token ids]} (an encoder-decoder reads a source and a target)";
-      if (!isObject(value)) bad(fn, name, value, "is not {source, target}", allowed);
-      const parts = fields(fn, name, value, ["source", "target"]);
-      return [tokens(fn, `${name}.source`, parts.source, model), tokens(fn, `${name}.target`, parts.target, model)];
-    }
-
-    /** Heads to remove: a list of [layer, head] integer pairs (layers in attention_layers order), at most
-     *  one per head of the model; nothing (undefined or null) is none unless `required`. */
-    function heads(fn, name, value, model, required = false) {
-      const L = model.numLayers;
-      const H = model.H;
-      const allowed = `[layer, head] pairs with layer 0 to ${L - 1} and head 0 to ${H - 1}`;
-      if ((value === undefined || value === null) && !required) return [];
-      if (!Array.isArray(value)) bad(fn, name, value, "is not a list of [layer, head] pairs", `a list of ${allowed}`);
-      if (value.length > L * H) fail(fn, name, `has ${value.length} pairs, more than the model's ${L * H} heads`, `at most ${L * H} ${allowed}`);
-      return copy(value).map((pair, i) => {
-        const ok = Array.isArray(pair) && pair.length === 2 && Number.isInteger(pair[0]) && Number.isInteger(pair[1]);
-        if (!ok) bad(fn, `${name}[${i}]`, pair, "is not a [layer, head] pair of integers", allowed);
-        if (pair[0] < 0 || pair[0] >= L || pair[1] < 0 || pair[1] >= H) bad(fn, `${name}[${i}]`, pair, "is out of range", allowed);
-        return [pair[0], pair[1]];
-      });
-    }
-
-    /** An ablation method: "zero" (also for nothing), or "mean" where the model carries its means. */
-    function method(fn, name, value, model) {
-      const means = Object.keys(model.means).length > 0;
-      if (value === undefined || value === null || value === "zero") return "zero";
-      if (value === "mean" && means) return "mean";
-      if (value === "mean") bad(fn, name, value, "needs the heads' means, which this page does not carry", '"zero"');
-      bad(fn, name, value, "is not an ablation method", means ? '"zero" or "mean"' : '"zero" (this page carries no means)');
-    }
-
-    /** A string of at most `limit` characters. */
-    function text(fn, name, value, limit) {
-      if (typeof value !== "string") bad(fn, name, value, "is not a string", `a string of at most ${limit} characters`);
-      if (value.length > limit) fail(fn, name, `has ${value.length} characters, more than ${limit}`, `at most ${limit}`);
-      return value;
-    }
-
-    /** One boolean per position: an array of exactly `count` true/false. */
-    function flags(fn, name, value, count) {
-      const allowed = `an array of ${count} booleans (one per output position)`;
-      if (!Array.isArray(value)) bad(fn, name, value, "is not a list of booleans", allowed);
-      if (value.length !== count) fail(fn, name, `has ${value.length} entries`, allowed);
-      const out = copy(value);
-      out.forEach((flag, i) => {
-        if (typeof flag !== "boolean") bad(fn, `${name}[${i}]`, flag, "is not a boolean", "true or false");
-      });
-      return out;
-    }
-
-    /** undefined, or a value of type `type` ("function", "boolean"). */
-    function optional(fn, name, value, type) {
-      if (value !== undefined && typeof value !== type) bad(fn, name, value, `is not a ${type}`, `a ${type} or nothing`);
-      return value;
-    }
-
-    return { shown, fail, bad, own, isObject, integer, number, fields, tokens, inputs, heads, method, text, flags, optional };
-  })();
-
-  // ------------------------------------------------------------------------------ rollout
-  /** Attention rollout (Abnar & Zuidema, 2020) over one stack's layers: A_l = 0.5 mean_h A + 0.5 I,
-   *  rows renormalised, rollout = A_L ... A_1. layers: [{data, H, Tq, Tk}] (square). [T, T] float64. */
-  function rollout(layers) {
-    let result = null;
-    for (const p of layers) {
-      const a = headMean(p);
-      const n = p.Tq;
-      for (let i = 0; i < n; i++) {
-        let sum = 0;
-        for (let j = 0; j < n; j++) {
-          a[i * n + j] = 0.5 * a[i * n + j] + (i === j ? 0.5 : 0);
-          sum += a[i * n + j];
-        }
-        for (let j = 0; j < n; j++) a[i * n + j] /= sum;
-      }
-      result = result ? matmul(a, result, n, n, n) : a;
-    }
-    return result;
-  }
-
-  function headMean(p) {
-    const out = new Float64Array(p.Tq * p.Tk);
-    for (let h = 0; h < p.H; h++) {
-      const o = h * p.Tq * p.Tk;
-      for (let i = 0; i < p.Tq * p.Tk; i++) out[i] += p.data[o + i] / p.H;
-    }
-    return out;
-  }
-
-  function matmul(a, b, n, k, m) {
-    const out = new Float64Array(n * m);
-    for (let i = 0; i < n; i++) for (let l = 0; l < k; l++) {
-      const v = a[i * k + l];
-      if (v === 0) continue;
-      for (let j = 0; j < m; j++) out[i * m + j] += v * b[l * m + j];
-    }
-    return out;
-  }
-
-  /** explain.encoder_decoder_rollout, rows as shares: the source relevance of each target position
-   *  propagated with plain head means (encoder: R_ss += A R_ss; decoder self: R_tt += A R_tt,
-   *  R_ts += A R_ts; cross: R_ts += norm(R_tt) A norm(R_ss)). [T, S] float64. */
-  function encoderDecoderRollout(encoder, decoder, cross) {
-    const S = encoder[0].Tq;
-    const T = decoder[0].Tq;
-    const eye = (n) => {
-      const m = new Float64Array(n * n);
-      for (let i = 0; i < n; i++) m[i * n + i] = 1;
-      return m;
-    };
-    const plus = (a, b) => a.map((v, i) => v + b[i]);
-    const normalised = (r, n) => {
-      const out = new Float64Array(n * n);
-      for (let i = 0; i < n; i++) {
-        let sum = 0;
-        for (let j = 0; j < n; j++) sum += r[i * n + j] - (i === j ? 1 : 0);
-        sum = Math.max(sum, 1e-12);
-        for (let j = 0; j < n; j++) out[i * n + j] = (r[i * n + j] - (i === j ? 1 : 0)) / sum + (i === j ? 1 : 0);
-      }
-      return out;
-    };
-    let rss = eye(S);
-    for (const p of encoder) rss = plus(rss, matmul(headMean(p), rss, S, S, S));
-    let rtt = eye(T);
-    let rts = new Float64Array(T * S);
-    decoder.forEach((p, l) => {
-      const a = headMean(p);
-      rtt = plus(rtt, matmul(a, rtt, T, T, T));
-      rts = plus(rts, matmul(a, rts, T, T, S));
-      const c = headMean(cross[l]);
-      rts = plus(rts, matmul(matmul(normalised(rtt, T), c, T, T, S), normalised(rss, S), T, S, S));
-    });
-    for (let i = 0; i < T; i++) {
-      let sum = 0;
-      for (let j = 0; j < S; j++) sum += rts[i * S + j];
-      sum = Math.max(sum, 1e-12);
-      for (let j = 0; j < S; j++) rts[i * S + j] /= sum;
-    }
-    return rts;
-  }
-
-  // ------------------------------------------------------------------------------ the page's runs
-  /** Runs the model for the page's views, remembering the last run: a causal single-stack model (a
-   *  decoder-only model) recomputes only from the first position that changed, reading the earlier
-   *  positions' keys and values from its KV cache (their logits and attention rows cannot change).
-   *  run(inputs, {ablate, ablation}) -> {logits [T, C], T, C, patterns: [{data [H, Tq, Tk], H, Tq, Tk}]
-   *  per attention layer, reused: positions reused from the last run}. */
-  class Runner {
-    constructor(model) {
-      this.model = model;
-      this.last = null;
-    }
-
-    run(inputs, opts = {}) {
-      const m = this.model;
-      const stacks = m.spec.stacks;
-      const key = JSON.stringify([opts.ablate || [], opts.ablation || "zero"]);
-      if (stacks.length !== 1 || !stacks[0].causal) {
-        const result = m.run(inputs, { ablate: opts.ablate, ablation: opts.ablation });
-        return { logits: result.logits, T: result.T, C: result.C, patterns: result.record.patterns, reused: 0 };
-      }
-      const tokens = inputs[0];
-      const T = tokens.length;
-      if (T > m.config.max_len) throw new Error(`${T} positions are more than the model's max_len=${m.config.max_len}; shorten the input`);
-      let p = 0;
-      const last = this.last && this.last.key === key ? this.last : null;
-      if (last) while (p < last.tokens.length && p < T && last.tokens[p] === tokens[p]) p++;
-      if (p === T && T > 0) p = T - 1; // the last position is re-read (cheap), so that a run always runs
-      this.last = null; // until this run succeeds
-      const cache = p > 0 ? last.cache : new StackCache(stacks[0].blocks, m.config.max_len, m.D, false);
-      cache.truncate(p);
-      const record = { patterns: [] };
-      const x = m.runStack(0, tokens.slice(p), { cache, ablate: toAblationMap(opts.ablate, m.numLayers, m.H), method: opts.ablation, record });
-      const fresh = m.unembed(x, T - p);
-      const C = m.classes;
-      const logits = new Float32Array(T * C);
-      if (p > 0) logits.set(last.logits.subarray(0, p * C));
-      logits.set(fresh, p * C);
-      const patterns = record.patterns.map((part, layer) => {
-        const { H } = part;
-        const data = new Float32Array(H * T * T);
-        for (let h = 0; h < H; h++) {
-          if (p > 0) {
-            const old = last.patterns[layer];
-            for (let i = 0; i < p; i++) data.set(old.data.subarray((h * old.Tq + i) * old.Tk, (h * old.Tq + i) * old.Tk + Math.min(old.Tk, T)), (h * T + i) * T);
-          }
-          for (let i = 0; i < T - p; i++) data.set(part.data.subarray((h * part.Tq + i) * T, (h * part.Tq + i + 1) * T), (h * T + p + i) * T);
-        }
-        return { data, H, Tq: T, Tk: T };
-      });
-      this.last = { key, tokens: tokens.slice(), cache, logits, patterns };
-      return { logits, T, C, patterns, reused: p };
-    }
-  }
-
-  /** What the page's input box means as model inputs: `tokens` mode, the tokens themselves; `source`
-   *  mode (a sequence-to-sequence model), the source, and the output the model writes from it greedily
-   *  (decoder-only: source <sep> output; encoder-decoder: source and <bos> output), as the explorer's
-   *  Python side explains a source. Then the runner's run. */
-  function viewRun(model, runner, request) {
-    const t0 = performance.now();
-    let inputs = request.inputs;
-    let output = null;
-    if (!inputs) {
-      const tokens = request.tokens;
-      if (request.mode === "source") {
-        const prompt = model.spec.numInputs === 2 ? tokens : tokens.concat([model.config.sep_id]);
-        output = model.answer(prompt, { ablate: request.ablate, ablation: request.ablation });
-        inputs = model.forcedInputs(prompt, output);
-      } else {
-        inputs = [tokens];
-      }
-    }
-    const result = runner.run(inputs, { ablate: request.ablate, ablation: request.ablation });
-    return { ...result, inputs, output, forwardMs: performance.now() - t0 };
-  }
-
-  /** In a Web Worker (the page's large models): hold the models, answer `view` requests. */
-  function serveWorker(scope) {
-    const models = [];
-    let runner = null;
-    scope.onmessage = (event) => {
-      const message = event.data;
-      try {
-        if (message.type === "model") {
-          const w = tensors(new Uint8Array(message.weights), message.manifest, message.dtype);
-          const means = message.means ? tensors(new Uint8Array(message.means), message.meansManifest, "float32") : {};
-          models[message.index] = new Model(message.spec, w, means);
-          return;
-        }
-        if (message.type === "view") {
-          const model = models[message.index];
-          if (!runner || runner.model !== model) runner = new Runner(model);
-          const result = viewRun(model, runner, message.request);
-          // the runner keeps what it reuses: send copies, moved (not cloned) to the page
-          const logits = result.logits.slice();
-          const patterns = result.patterns.map((p) => ({ ...p, data: p.data.slice() }));
-          const moved = [logits.buffer, ...patterns.map((p) => p.data.buffer)];
-          scope.postMessage({ id: message.id, result: { ...result, logits, patterns } }, moved);
-        }
-      } catch (error) {
-        scope.postMessage({ id: message.id, error: String(error && error.message ? error.message : error) });
-      }
-    };
-  }
-
-  return {
+  TL.model = {
+    CAPABILITIES,
     Model,
-    Runner,
-    viewRun,
-    serveWorker,
     StackCache,
-    erf,
-    erfExact,
-    gelu,
-    tensors,
-    halfToFloat,
     linear,
     layerNorm,
     argmax,
     logSoftmax,
     sampleNext,
     seeded,
-    ablationTable,
-    patching,
-    rollout,
-    encoderDecoderRollout,
-    headMean,
-    checks,
+    toAblationMap,
   };
-})();
-if (typeof module !== "undefined") module.exports = TransformerLabModel;
-// started as a Web Worker (from this script's text): serve the page's runs
-if (typeof WorkerGlobalScope !== "undefined" && typeof self !== "undefined" && self instanceof WorkerGlobalScope) {
-  TransformerLabModel.serveWorker(self);
-}
+})((globalThis.TransformerLab = globalThis.TransformerLab || {}));

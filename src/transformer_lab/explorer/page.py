@@ -1,4 +1,4 @@
-"""The one self-contained HTML page: page.html with explorer.css, model.js, explorer.js and the data inlined.
+"""The one self-contained HTML page: page.html with explorer.css, the JavaScript modules and the data inlined.
 
 Nothing on the page comes from the network: the styles, the scripts and the numbers (as JSON, with the
 matrices packed by `pack.py` and, on a live page, the model's weights packed by `live.py`) are all in the
@@ -18,6 +18,30 @@ from transformer_lab.explorer.pack import LEVELS, pack, pack_within
 from transformer_lab.files import write_atomically
 
 MARKER = re.compile(r"<!--explorer:(title|css|model|js|data)-->")
+# The page's JavaScript, in the order it is inlined: each file adds one part to the namespace
+# `TransformerLab` and may use what the files before it define (see state.js). MODEL_SCRIPTS are the
+# model (no DOM): the page's `<script id="model-js">`, whose text is also the source of the Web Worker
+# that runs large models; PAGE_SCRIPTS are the page: its state, views, input box, fragment and API.
+MODEL_SCRIPTS = ["erf.js", "weights.js", "model.js", "analyses.js", "checks.js", "runner.js"]
+PAGE_SCRIPTS = [
+    "state.js",
+    "util.js",
+    "heatmap.js",
+    "view_head.js",
+    "view_model.js",
+    "view_overlays.js",
+    "view_ablation.js",
+    "view_predictions.js",
+    "view_patching.js",
+    "export.js",
+    "views.js",
+    "engine.js",
+    "input.js",
+    "live.js",
+    "fragment.js",
+    "api.js",
+    "main.js",
+]
 FORMAT_VERSION = 2
 # Characters for the attention maps: with the rest of the page (about 0.3 MB for 256 tokens) the file
 # stays under 5 MB; maps that do not fit at 255 levels per row are stored with fewer (pack.pack_within).
@@ -52,7 +76,7 @@ def payload(
     live: dict | None = None,
     live_note: str | None = None,
 ) -> dict:
-    """The page's JSON: everything `explorer.js` reads (see the keys it uses there). The attention maps
+    """The page's JSON: everything the page's scripts read (state.js describes it). The attention maps
     take at most `budget` characters (default ATTENTION_BUDGET; see `pack.pack_within`). `live`: the
     model for the page to run (`live.live_payload`); `live_note`: why a page asked to be live is not.
 
@@ -104,6 +128,42 @@ def _asset(name: str) -> str:
     return resources.files("transformer_lab.explorer").joinpath(name).read_text(encoding="utf-8")
 
 
+def scripts(names: list[str]) -> str:
+    """The JavaScript files `names`, in that order, as the text of one inline <script>, without their
+    whole-line comments (`without_comment_lines`: the files explain the code, the page carries it).
+    None may hold `</script` (it would end the element early)."""
+    texts = []
+    for name in names:
+        text = _asset(name)
+        if "</script" in text.lower():
+            raise ValueError(f"{name} must not contain '</script' (it would end the inline script)")
+        texts.append(without_comment_lines(text, name))
+    return "\n".join(texts)
+
+
+def without_comment_lines(text: str, name: str = "script") -> str:
+    """`text` without blank lines and whole-line comments: a line that starts with `//`, and a `/* ... */`
+    block that starts a line and ends one. A comment that shares a line with code stays, and so does that
+    line. (The page's scripts have no template literal spanning lines, which this would misread; a test
+    holds them to it.)"""
+    kept, inside = [], False
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if inside:
+            if "*/" in stripped:
+                if not stripped.endswith("*/") or stripped.count("*/") > 1:
+                    raise ValueError(f"{name}: code after a block comment on its last line: {line.strip()!r}")
+                inside = False
+        elif stripped.startswith("/*") and not (stripped.endswith("*/") and stripped.count("*/") == 1):
+            if "*/" in stripped:
+                kept.append(line)  # `/* ... */ code`: the line stays
+            else:
+                inside = True
+        elif stripped and not stripped.startswith(("//", "/*")):
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _script_safe_json(value: dict) -> str:
     """JSON that cannot end the <script> element it sits in: <, > and & only ever occur inside JSON
     strings, where \\u escapes mean the same characters."""
@@ -115,16 +175,14 @@ def render(
     data: ExplorerData, title: str, live: dict | None = None, live_note: str | None = None
 ) -> ExplorerPage:
     """page.html with its five markers replaced in one pass: the title, the CSS, the model's and the
-    views' JavaScript and the data. Each marker must occur exactly once in the template."""
-    template, model, script = _asset("page.html"), _asset("model.js"), _asset("explorer.js")
-    for name, text in (("model.js", model), ("explorer.js", script)):
-        if "</script" in text.lower():
-            raise ValueError(f"{name} must not contain '</script' (it would end the inline script)")
+    page's JavaScript (MODEL_SCRIPTS, PAGE_SCRIPTS) and the data. Each marker must occur exactly once in
+    the template."""
+    template = _asset("page.html")
     parts = {
         "title": html.escape(title),
         "css": _asset("explorer.css"),
-        "model": model,
-        "js": script,
+        "model": scripts(MODEL_SCRIPTS),
+        "js": scripts(PAGE_SCRIPTS),
         "data": _script_safe_json(payload(data, title, live=live, live_note=live_note)),
     }
     found = MARKER.findall(template)
