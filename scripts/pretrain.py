@@ -8,7 +8,7 @@
 For each model: `python -m transformer_lab.train <its overrides> trainer.accelerator=cpu` (train.py, in a
 subprocess, in a temporary run directory or under --log-dir), then its best.ckpt is stripped to the
 weights, hyperparameters and task record, its test metrics are measured on the stripped file with
-`transformer_lab.pretrained.evaluation.evaluate` (the same function the tests use) and compared with what
+`transformer_lab.training.evaluate.evaluate` (the same function the tests use) and compared with what
 train.py printed, and the file and its record in models.json are replaced atomically. A model's overrides,
 description and headline metrics are read from models.json: to add a model, add its entry there and run
 this script with its name.
@@ -72,9 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         model_start = time.perf_counter()
         hand_built = pretrained.record(name).get("hand_built")  # an answer key: built, not trained
         if hand_built and not args.remeasure:
-            from transformer_lab.pretrained import answer_keys
-
-            answer_keys.main([name])
+            record_answer_key(name)
         elif args.remeasure:
             remeasure(name)
         elif args.from_run is not None:
@@ -217,7 +215,7 @@ def ship_snapshots(name: str, run_dir: Path, entry: dict) -> Path:
 def measure(file: Path) -> dict:
     """The test metrics of a checkpoint file on its whole test split, and on the first batches the tests
     re-measure (`check_metrics`)."""
-    from transformer_lab.pretrained.evaluation import evaluate
+    from transformer_lab.training.evaluate import evaluate
 
     return {
         "test_metrics": evaluate(str(file)),
@@ -263,6 +261,93 @@ def write_record(name: str, entry: dict) -> None:
     tmp = pretrained.RECORDS.with_name(f".{pretrained.RECORDS.name}.tmp")
     tmp.write_text(json.dumps(records, indent=2) + "\n")
     os.replace(tmp, pretrained.RECORDS)
+
+
+# ------------------------------------------------------------------ the hand-built answer keys
+def answer_key_contents(key) -> dict:
+    """An answer key's checkpoint file contents (`transformer_lab.pretrained.answer_keys`: built by hand,
+    not trained): what a shipped model holds (weights, hyperparameters, the task's record), as train.py
+    would have written them."""
+    import lightning
+
+    from transformer_lab.training.checkpoint_io import FORMAT_VERSION
+    from transformer_lab.training.predictor import TransformerPredictor
+
+    model = key.model()
+    predictor = TransformerPredictor(net=model.config.to_dict(), metrics=key.metrics)
+    predictor.net.load_state_dict(model.state_dict())
+    return {
+        "state_dict": {k: v.detach().clone().contiguous() for k, v in predictor.state_dict().items()},
+        "hyper_parameters": dict(predictor.hparams),
+        "hparams_name": "kwargs",
+        "format_version": FORMAT_VERSION,
+        "task": {"class": key.task_class, "separator": " "},
+        "datamodule_hyper_parameters": dict(key.task_hparams),
+        "pytorch-lightning_version": lightning.__version__,
+    }
+
+
+def ship_answer_key(name: str) -> dict:
+    """Write the key's file into the package, measure it on its test split and return its record."""
+    import hashlib
+
+    import lightning
+    import torch
+
+    from transformer_lab.files import write_atomically
+    from transformer_lab.pretrained.answer_keys import KEYS
+    from transformer_lab.training.evaluate import evaluate
+
+    key = KEYS[name]
+    target = pretrained.DIRECTORY / f"{name}.ckpt"
+    checkpoint = answer_key_contents(key)
+    write_atomically(target, lambda file: torch.save(checkpoint, file))
+    model = key.model()
+    test_metrics = evaluate(str(target))
+    record = {
+        "file": target.name,
+        "description": key.description,
+        "task": "reverse" if "reverse" in name else "induction",
+        "hand_built": True,
+        "overrides": [],
+        "headline": key.headline,
+        "architecture": model.config.arch,
+        "layers": model.config.num_layers,
+        "heads": model.config.num_heads,
+        "shape": model.shape(),
+        "model_dim": model.config.model_dim,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "test_metrics": test_metrics,
+        "train_test_metrics": test_metrics,
+        "evaluated_on": f"the whole test split: {key.task_hparams['test_size']} sequences (data seed 0)",
+        "device": "cpu",
+        "date": time.strftime("%Y-%m-%d"),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "size_bytes": target.stat().st_size,
+        "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+        "check_batches": pretrained.CHECK_BATCHES,
+        "check_metrics": evaluate(str(target), limit_batches=pretrained.CHECK_BATCHES),
+        "measured": time.strftime("%Y-%m-%d"),
+        "circuit": {
+            "level": "edge",
+            "metric": "logit_diff",
+            "edges": key.circuit,
+            "mechanism": key.mechanism,
+            "distractors": key.distractors,
+        },
+    }
+    return record
+
+
+def record_answer_key(name: str) -> None:
+    """Build answer key `name`, write its file, measure it and replace its record in models.json."""
+    record = ship_answer_key(name)
+    shown = "  ".join(f"{k} {v:.4f}" for k, v in record["test_metrics"].items())
+    print(f"{name}: {record['size_bytes']} bytes, {shown}", flush=True)
+    current = json.loads(pretrained.RECORDS.read_text())  # shared: read again now, write in one step
+    current[name] = record
+    Path(pretrained.RECORDS).write_text(json.dumps(current, indent=2) + "\n")
 
 
 if __name__ == "__main__":

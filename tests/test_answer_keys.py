@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import transformer_lab
-from tests.conftest import run_cli
+from tests.conftest import load_script, run_cli
 from transformer_lab import pretrained
 from transformer_lab.analysis import circuits, faithfulness
 from transformer_lab.pretrained import answer_keys
@@ -30,6 +30,11 @@ def test_shipped_listed_as_hand_built_and_rebuilt_bit_for_bit(key):
     rebuilt = spec.model().state_dict()
     for name, value in checkpoint.model.state_dict().items():
         assert torch.equal(value, rebuilt[name]), name
+    # the file scripts/pretrain.py writes for it holds what is shipped, weights and task record alike
+    written = load_script("pretrain").answer_key_contents(spec)
+    assert written["task"] == checkpoint.contents["task"] and written.keys() == checkpoint.contents.keys()
+    for name, value in checkpoint.contents["state_dict"].items():
+        assert torch.equal(value, written["state_dict"][name]), name
     g = circuits.graph(checkpoint.model)
     assert g.level == "edge" and set(spec.mechanism) <= set(g.unit_names())
 

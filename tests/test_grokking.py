@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lab.training.schedulers import ConstantWarmupScheduler
 
 from tests.conftest import COMMON, compose_train_config, gpt_decoder, predictor_like
 from transformer_lab import TransformerPredictor, pretrained
@@ -16,6 +15,7 @@ from transformer_lab.analysis import dynamics, grokking
 from transformer_lab.data import ModularAdditionDataModule
 from transformer_lab.errors import ConfigError
 from transformer_lab.nn import IGNORE_INDEX
+from transformer_lab.nn.schedules import ConstantWarmupScheduler
 from transformer_lab.train import train
 
 P = 13

@@ -11,7 +11,6 @@ from hydra import compose, initialize_config_module
 from hydra.utils import instantiate
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from transformer_lab.callbacks import HeadMetricsCallback
 
 from tests.conftest import fit_with_callback, toy_task
 from tests.test_interpret import digits, hand_made, hooks_left
@@ -19,6 +18,7 @@ from transformer_lab import explain
 from transformer_lab.data import ReverseDataModule, SortDataModule
 from transformer_lab.errors import ConfigError
 from transformer_lab.train import CONFIG_MODULE
+from transformer_lab.training.callbacks import HeadMetricsCallback
 
 
 def test_entropy_is_log_t_for_uniform_attention_and_zero_for_one_hot():

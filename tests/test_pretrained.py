@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-from transformer_lab.checkpoints import read_checkpoint, task_from_checkpoint, tokenizer_from_checkpoint
 
 import transformer_lab
 from tests.conftest import ROOT, run_cli
@@ -16,6 +15,7 @@ from transformer_lab import TransformerPredictor, load_model, pretrained
 from transformer_lab.errors import ConfigError
 from transformer_lab.nn import DecoderLM, EncoderClassifier, EncoderDecoder
 from transformer_lab.training.checkpoint_io import SHIPPED_KEYS, shippable
+from transformer_lab.training.evaluate import evaluate
 
 SHIPPED = {
     "reverse": EncoderClassifier,
@@ -68,7 +68,7 @@ def test_a_shipped_file_holds_weights_and_settings_only(name):
     assert (model.config.num_layers, model.config.num_heads) == SIZES[name]
     assert (record["architecture"], record["layers"], record["heads"]) == (model.config.arch, *SIZES[name])
     assert record["parameters"] == sum(p.numel() for p in model.parameters())
-    assert tokenizer_from_checkpoint(checkpoint).vocab == model.vocab
+    assert transformer_lab.load(f"pretrained:{name}").tokenizer.vocab == model.vocab
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -77,7 +77,7 @@ def test_a_shipped_model_reproduces_its_recorded_test_metrics(name):
     scripts/pretrain.py measures and records as `test_metrics`, takes minutes for sort on a busy CPU)."""
     record = pretrained.record(name)
     assert record["check_batches"] == pretrained.CHECK_BATCHES
-    measured = pretrained.evaluate(name, limit_batches=record["check_batches"])
+    measured = evaluate(name, limit_batches=record["check_batches"])
     recorded = record["check_metrics"]
     assert measured.keys() == recorded.keys() == record["test_metrics"].keys()
     for key, value in recorded.items():
@@ -98,7 +98,7 @@ def test_the_recorded_whole_split_metrics_are_what_train_py_printed_for_the_run(
 def test_evaluate_measures_the_first_batches_of_the_test_split():
     """limit_batches=n is the first n batches: one batch of the reverse task's 128 sequences gives an
     accuracy that is a multiple of 1/128 per sequence."""
-    one = pretrained.evaluate("reverse_2l4h", limit_batches=1)
+    one = evaluate("reverse_2l4h", limit_batches=1)
     assert one.keys() == {"test/acc", "test/loss", "test/seq_acc"}
     assert (one["test/seq_acc"] * 128) == pytest.approx(round(one["test/seq_acc"] * 128), abs=1e-4)
 
@@ -106,15 +106,14 @@ def test_evaluate_measures_the_first_batches_of_the_test_split():
 def test_a_shipped_model_answers_like_its_task():
     """The reverse model reverses a test sequence, the sort model sorts one (through the task rebuilt from
     the file's record), the language model writes the characters it was trained on."""
-    checkpoint = read_checkpoint("pretrained:reverse")
-    (source,), labels = task_from_checkpoint(checkpoint, "pretrained:reverse").example(3, split="test")
+    (source,), labels = transformer_lab.load("pretrained:reverse").task.example(3, split="test")
     with torch.no_grad():
         assert torch.equal(load_model("pretrained:reverse")(source).argmax(-1), labels)
     sort = transformer_lab.load("pretrained:sort")
     output = sort.model.answer(sort.model.prompt(sort.encode("3 1 3 9 1 7 0")))[0].tolist()
     assert sort.decode(output[: output.index(sort.model.eos_id)]) == "0 1 3 7 9"
     model = load_model("pretrained:shakespeare")
-    tokenizer = tokenizer_from_checkpoint(read_checkpoint("pretrained:shakespeare"))
+    tokenizer = transformer_lab.load("pretrained:shakespeare").tokenizer
     text = tokenizer.decode(model.generate(tokenizer.encode("ROMEO:").unsqueeze(0), 40, temperature=0)[0])
     assert text.startswith("ROMEO:") and len(text) == 46
 
@@ -134,7 +133,7 @@ def test_an_unknown_name_is_a_one_line_error_naming_the_valid_ones():
         assert "\n" not in message and message.startswith("unknown pretrained model")
         assert all(name in message for name in SHIPPED) and pretrained.LIST_COMMAND in message
     with pytest.raises(ConfigError, match=r"does not exist.*pretrained:<name>"):
-        read_checkpoint(ROOT / "no-such.ckpt")
+        transformer_lab.load(ROOT / "no-such.ckpt")
 
 
 def test_shippable_keeps_the_model_and_drops_training_state(tmp_path):

@@ -19,14 +19,13 @@ import sys
 import types
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 
 MOVED = {
     "callbacks": "transformer_lab.training.callbacks",
     "interventions": "transformer_lab.analysis.interventions",
     "lens": "transformer_lab.analysis.lens",
     "faithfulness": "transformer_lab.analysis.faithfulness",
-    "checkpoints": "transformer_lab.deprecated",  # its functions are here, below
+    "checkpoints": "transformer_lab.deprecated_checkpoints",  # its functions, forwarding to the new names
     "training.schedulers": "transformer_lab.nn.schedules",
 }
 
@@ -50,7 +49,10 @@ def forward(old: str, new: str) -> Callable[[str], object]:
     def __getattr__(name: str) -> object:
         if name.startswith("__"):  # the import system asks for __path__ etc.: nothing to load
             raise AttributeError(name)
-        warn(f"{old}.{name}", INSTEAD.get(name, f"{new}.{name}") if new == __name__ else f"{new}.{name}")
+        warn(
+            f"{old}.{name}",
+            INSTEAD.get(name, f"{new}.{name}") if new == MOVED["checkpoints"] else f"{new}.{name}",
+        )
         return getattr(importlib.import_module(new), name)
 
     return __getattr__
@@ -71,40 +73,3 @@ def install() -> None:
     """Register every moved module name (`MOVED`) in `sys.modules`, once."""
     for old, new in MOVED.items():
         sys.modules.setdefault(f"transformer_lab.{old}", MovedModule(f"transformer_lab.{old}", new))
-
-
-# ------------------------------------------- transformer_lab.checkpoints: functions of a file's contents
-def read_checkpoint(path: str | Path) -> dict:
-    """A checkpoint's contents, checked: `transformer_lab.load(path).contents`."""
-    from transformer_lab.checkpoint import read, resolve
-
-    return read(resolve(path), path)
-
-
-def model_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint", map_location: str = "cpu"):
-    """The model of a checkpoint's contents: `transformer_lab.load(path).model`."""
-    from transformer_lab.checkpoint import Checkpoint
-
-    return Checkpoint(checkpoint, path, device=map_location).model
-
-
-def tokenizer_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
-    """Text <-> ids of a checkpoint's contents: `transformer_lab.load(path).tokenizer`."""
-    from transformer_lab.checkpoint import Checkpoint
-
-    return Checkpoint(checkpoint, path).tokenizer
-
-
-def task_from_checkpoint(checkpoint: dict, path: str | Path = "checkpoint"):
-    """The task of a checkpoint's contents: `transformer_lab.load(path).task`."""
-    from transformer_lab.checkpoint import Checkpoint
-
-    file = None if str(path).startswith("pretrained:") else Path(path)
-    return Checkpoint(checkpoint, path, file=file).task
-
-
-def load_model(path: str | Path, map_location: str = "cpu"):
-    """`transformer_lab.load_model` (its home: `transformer_lab.checkpoint`)."""
-    from transformer_lab.checkpoint import load_model as load
-
-    return load(path, map_location)

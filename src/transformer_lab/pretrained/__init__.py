@@ -7,7 +7,7 @@
 
 This module is the registry: `models.json` is the record, for each name its file, its sha256 (checked
 whenever the file is read), what it is, the train.py overrides that trained it and the test metrics the
-shipped file reaches (measured by `evaluation.evaluate`: the LightningModule's own test_step). A
+shipped file reaches (measured by `training.evaluate.evaluate`: the LightningModule's own test_step). A
 shipped file holds only tensors and plain values (the `net.` weights, the hyperparameters, the task's
 record), and no optimizer state: it is for using and taking apart, not for resuming training.
 
@@ -27,7 +27,7 @@ DIRECTORY = Path(__file__).resolve().parent
 RECORDS = DIRECTORY / "models.json"
 LIST_COMMAND = "python -m transformer_lab.pretrained"
 RETRAIN_COMMAND = "python scripts/pretrain.py"
-BUILD_COMMAND = "python -m transformer_lab.pretrained.answer_keys"  # the hand-built answer keys
+BUILD_COMMAND = "python scripts/pretrain.py"  # builds the hand-built answer keys too
 # The tests re-measure each model on the first CHECK_BATCHES batches of its test split (seconds on a CPU;
 # the whole split, 10,000 generated outputs for sort, takes minutes on a busy one).
 CHECK_BATCHES = 10
@@ -133,7 +133,9 @@ def headline(name: str) -> str:
 
 
 def __getattr__(name: str) -> object:
-    """`pretrained.evaluate` of earlier versions, with a DeprecationWarning: it lives in evaluation.py."""
+    """`pretrained.evaluate` of earlier versions, with a DeprecationWarning: it is
+    `transformer_lab.training.evaluate.evaluate` (measuring runs Lightning, which this registry does not
+    import)."""
     if name != "evaluate":
         raise AttributeError(f"module 'transformer_lab.pretrained' has no attribute {name!r}")
-    return deprecated.forward(__name__, "transformer_lab.pretrained.evaluation")(name)
+    return deprecated.forward(__name__, "transformer_lab.training.evaluate")(name)

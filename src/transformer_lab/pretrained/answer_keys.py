@@ -1,8 +1,7 @@
 """Answer keys: models built by hand, every weight set directly, whose circuit is known by construction (as
 tracr compiles a program into weights, at toy scale), to grade circuit discovery and explanations on.
 
-    python -m transformer_lab.pretrained.answer_keys              # build, measure and record all three
-    python -m transformer_lab.pretrained.answer_keys key_reverse  # one of them
+    python scripts/pretrain.py key_reverse key_induction key_reverse_encdec   # build, measure, record
 
 Heads are named as everywhere (`L{layer}H{head}`, counted from 0; `E`, `D`, `X` in an encoder-decoder).
 
@@ -38,14 +37,9 @@ pass through their attention.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -57,7 +51,6 @@ C = 100.0  # the constant every position carries (+C, -C): LayerNorm divides by 
 SHARP = 20.0  # attention score of the key a distractor looks at (others 0): weight 1 - 1e-8
 SOFT = 5.0  # ... of the key a circuit head looks at: weight ~0.9 among 16 keys, gradients still flow
 GAIN = 10.0  # the logit a copied token gets
-BUILD_COMMAND = pretrained.BUILD_COMMAND
 
 
 # -------------------------------------------------------------------------- the residual stream's layout
@@ -438,102 +431,3 @@ def is_answer_key(location: object) -> bool:
 def key_for(location: object) -> AnswerKey | None:
     """The answer key a checkpoint location names, or None."""
     return KEYS[str(location).removeprefix(pretrained.PREFIX)] if is_answer_key(location) else None
-
-
-# --------------------------------------------------------------------------------- shipping them
-def contents(key: AnswerKey) -> dict:
-    """The checkpoint file's contents: what a shipped model holds (weights, hyperparameters, the task's
-    record), as train.py would have written them."""
-    import lightning
-
-    from transformer_lab.training.checkpoint_io import FORMAT_VERSION
-    from transformer_lab.training.predictor import TransformerPredictor
-
-    model = key.model()
-    predictor = TransformerPredictor(net=model.config.to_dict(), metrics=key.metrics)
-    predictor.net.load_state_dict(model.state_dict())
-    return {
-        "state_dict": {k: v.detach().clone().contiguous() for k, v in predictor.state_dict().items()},
-        "hyper_parameters": dict(predictor.hparams),
-        "hparams_name": "kwargs",
-        "format_version": FORMAT_VERSION,
-        "task": {"class": key.task_class, "separator": " "},
-        "datamodule_hyper_parameters": dict(key.task_hparams),
-        "pytorch-lightning_version": lightning.__version__,
-    }
-
-
-def ship(name: str) -> dict:
-    """Write the key's file into the package, measure it on its test split and return its record."""
-    import hashlib
-
-    import lightning
-
-    from transformer_lab.files import write_atomically
-
-    key = KEYS[name]
-    target = pretrained.DIRECTORY / f"{name}.ckpt"
-    checkpoint = contents(key)
-    write_atomically(target, lambda file: torch.save(checkpoint, file))
-    evaluate = pretrained.evaluate
-    model = key.model()
-    test_metrics = evaluate(str(target))
-    record = {
-        "file": target.name,
-        "description": key.description,
-        "task": "reverse" if "reverse" in name else "induction",
-        "hand_built": True,
-        "overrides": [],
-        "headline": key.headline,
-        "architecture": model.config.arch,
-        "layers": model.config.num_layers,
-        "heads": model.config.num_heads,
-        "shape": model.shape(),
-        "model_dim": model.config.model_dim,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "test_metrics": test_metrics,
-        "train_test_metrics": test_metrics,
-        "evaluated_on": f"the whole test split: {key.task_hparams['test_size']} sequences (data seed 0)",
-        "device": "cpu",
-        "date": time.strftime("%Y-%m-%d"),
-        "torch": torch.__version__,
-        "lightning": lightning.__version__,
-        "size_bytes": target.stat().st_size,
-        "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
-        "check_batches": pretrained.CHECK_BATCHES,
-        "check_metrics": evaluate(str(target), limit_batches=pretrained.CHECK_BATCHES),
-        "measured": time.strftime("%Y-%m-%d"),
-        "circuit": {
-            "level": "edge",
-            "metric": "logit_diff",
-            "edges": key.circuit,
-            "mechanism": key.mechanism,
-            "distractors": key.distractors,
-        },
-    }
-    return record
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog=BUILD_COMMAND, description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help=f"which keys (default: all of {', '.join(KEYS)})")
-    args = parser.parse_args(argv)
-    names = args.names or list(KEYS)
-    unknown = [n for n in names if n not in KEYS]
-    if unknown:
-        print(f"error: {unknown[0]!r} is not an answer key; use {', '.join(KEYS)}", file=sys.stderr)
-        sys.exit(2)
-    records = {}
-    for name in names:
-        records[name] = ship(name)
-        shown = "  ".join(f"{k} {v:.4f}" for k, v in records[name]["test_metrics"].items())
-        print(f"{name}: {records[name]['size_bytes']} bytes, {shown}", flush=True)
-    # models.json is shared: read it again now and write it in one step
-    current = json.loads(pretrained.RECORDS.read_text())
-    current.update(records)
-    Path(pretrained.RECORDS).write_text(json.dumps(current, indent=2) + "\n")
-    print(f"Recorded {', '.join(names)} in {pretrained.RECORDS}")
-
-
-if __name__ == "__main__":
-    main()
