@@ -153,3 +153,34 @@ def fit_with_callback(
     )
     trainer.fit(model, datamodule=LightningTask(task))
     return model
+
+
+# -------------------------------------------------------------------- the browser of the page tests
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium (Debian's `chromium`, driven by Playwright) for every page test: launching
+    it is the slow part. Skips where either is missing: `apt-get install -y chromium` (CI does) and
+    `pip install -e ".[dev]"`."""
+    import shutil
+
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="playwright is not installed: pip install -e '.[dev]' (make install does)",
+    )
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.skip("chromium is not installed: apt-get install -y chromium")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()

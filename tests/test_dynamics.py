@@ -122,7 +122,17 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
     printed = capsys.readouterr().out
     assert (tmp_path / "dynamics.png").stat().st_size > 10_000
     record = json.loads((tmp_path / "dynamics.json").read_text())
-    assert list(record) == ["steps", "loss", "metric", "heads", "scores", "events", "no_events", "onset", "halfway"]
+    assert list(record) == [
+        "steps",
+        "loss",
+        "metric",
+        "heads",
+        "scores",
+        "events",
+        "no_events",
+        "onset",
+        "halfway",
+    ]
     assert record["steps"] == snapshot_steps(20, 6) == [0, 1, 2, 4, 9, 20]
     snapshots, layers, heads = 6, 2, 2
     assert len(record["loss"]) == len(record["metric"]) == snapshots

@@ -7,45 +7,21 @@ Skipped where chromium or playwright is missing: `apt-get install -y chromium` (
 `pip install -e ".[dev]"`."""
 
 import io
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from tests.conftest import encoder_classifier, gpt_decoder
+from tests.conftest import CHROMIUM_ARGS, encoder_classifier, gpt_decoder
 from tests.test_explorer import encoder_decoder, page_data, synthetic_data
 from transformer_lab.explorer import explore, render
 from transformer_lab.explorer.pack import unpack
 
-pytestmark = pytest.mark.browser
-sync_api = pytest.importorskip(
-    "playwright.sync_api", reason="playwright is not installed: pip install -e '.[dev]' (make install does)"
-)
-CHROMIUM = shutil.which("chromium")
-if CHROMIUM is None:
-    pytest.skip("chromium is not installed: apt-get install -y chromium", allow_module_level=True)
-
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+pytestmark = pytest.mark.browser  # the browser: tests/conftest.py
+LAUNCH_ARGS = CHROMIUM_ARGS  # tests/test_text_tokenizer_js.py
 VIEWS = ("head", "model", "overlays", "ablation", "predictions")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """One Chromium for the whole module (launching it is the slow part)."""
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import torch
 
 from tests.conftest import ROOT, encoder_classifier, gpt_decoder
 from tests.test_explorer import encoder_decoder, page_data
-from tests.test_explorer_browser import CHROMIUM, LAUNCH_ARGS
 from transformer_lab.explorer import Snapshot, explore
 
 pytestmark = pytest.mark.browser
@@ -109,14 +108,6 @@ class Tab:
 
     def fragment(self) -> str:
         return self.js("window.location.hash")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

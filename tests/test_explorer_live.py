@@ -16,7 +16,6 @@ import torch
 
 from tests.conftest import encoder_classifier, gpt_decoder, load_script, save_task_checkpoint
 from tests.test_explorer import encoder_decoder, page_data
-from tests.test_explorer_browser import CHROMIUM, LAUNCH_ARGS
 from transformer_lab import pretrained
 from transformer_lab.analysis import interventions
 from transformer_lab.checkpoint import load
@@ -31,14 +30,6 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 
 LOGIT_TOLERANCE = 1e-4  # of the logits' scale (their largest magnitude)
 PATTERN_TOLERANCE = 1e-5
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        yield chromium
-        chromium.close()
 
 
 class Live:

@@ -9,7 +9,6 @@ import ast
 import importlib
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -285,17 +284,6 @@ def test_the_label_rule_comes_from_the_task_record(monkeypatch):
 
 
 # ------------------------------------------------------------------------------- in a real browser
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.skip("chromium is not installed: apt-get install -y chromium")
-    with sync_api.sync_playwright() as playwright:
-        args = ["--no-sandbox", "--disable-gpu"]
-        launched = playwright.chromium.launch(executable_path=chromium, args=args)
-        yield launched
-        launched.close()
 
 
 def _open(browser, path: Path):
