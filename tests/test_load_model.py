@@ -50,6 +50,27 @@ def test_load_model_needs_neither_lightning_nor_hydra(reverse_ckpt):
     assert result.stdout.strip() == "EncoderClassifier False (1, 2, 16, 16)"
 
 
+def test_a_checkpoints_task_and_the_analyses_need_no_lightning():
+    """transformer_lab.load(...), its task's examples, the per-head measures (ablation included), the lens
+    and the circuit graph, with Lightning, Hydra and torchmetrics made unimportable."""
+    code = (
+        "import sys\n"
+        "for name in ('lightning', 'pytorch_lightning', 'hydra', 'omegaconf', 'torchmetrics'):\n"
+        "    sys.modules[name] = None  # importing any of them now fails\n"
+        "import transformer_lab\n"
+        "from transformer_lab.analysis import circuits, lens, measures\n"
+        "checkpoint = transformer_lab.load('pretrained:reverse_2l4h')\n"
+        "inputs, labels = checkpoint.examples(16)\n"
+        "tables = measures.measure_heads(checkpoint.model, inputs, labels, checkpoint.task)\n"
+        "accuracy = lens.lens_accuracy(checkpoint.model, inputs, labels)\n"
+        "graph = circuits.graph(checkpoint.model)\n"
+        "print(sorted(tables), type(checkpoint.task).__name__, bool(accuracy.to_dict()), graph.units > 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['ablation', 'alignment', 'entropy'] ReverseDataModule True True"
+
+
 @pytest.mark.slow
 def test_a_plain_install_trains_from_any_directory(tmp_path):
     """`pip install .` (not editable): the configs ship inside the package. Built from a copy of the
