@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.conftest import COMMON, compose_train_config, load_script
+from transformer_lab import snapshots
 from transformer_lab.analysis import dynamics
 from transformer_lab.analysis.induction import (
     Repeats,
@@ -235,3 +236,22 @@ def test_dynamics_over_a_sweep_of_seeds_says_in_how_many_each_event_appeared(tmp
         assert steps == [run["halfway"][curve] for run in record["runs"].values()], curve
     assert set(record["halfway"]) == set(record["onset"]) >= {"loss", "acc", "induction", "previous_token"}
     assert (tmp_path / "dynamics.png").stat().st_size > 10_000
+
+
+def test_dynamics_over_a_folder_refuses_runs_of_different_settings(tmp_path):
+    """A sweep over model.num_layers (and seeds) is not a set of seeds: one line naming what differs."""
+    sweep = tmp_path / "sweep"
+    for job, layers in enumerate((1, 2)):
+        run = sweep / str(job)
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(f"- model.num_layers={layers}\n- seed={job}\n")
+        (run / "checkpoints" / "snapshots").mkdir(parents=True)
+        (run / "checkpoints" / "snapshots" / "step_00000000.ckpt").write_bytes(b"")
+    for job in (10, 2):  # jobs in their numbers' order, 2 before 10
+        (sweep / str(job) / "checkpoints" / "snapshots").mkdir(parents=True)
+        (sweep / str(job) / "checkpoints" / "snapshots" / "step_00000000.ckpt").write_bytes(b"")
+    assert [run.name for run in snapshots.runs(sweep)] == ["0", "1", "2", "10"]
+    with pytest.raises(
+        ConfigError, match=r"differ by more than their seed: run 0 has model.num_layers=1, run 1 "
+    ):
+        load_script("interpret").main([f"ckpt_path={sweep}", "analysis=dynamics", f"out_dir={tmp_path}"])

@@ -308,6 +308,7 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
         title = f"{location}: {len(result.steps)} snapshots"
         write(out_dir, "dynamics", result.to_dict(), dynamics_figure(result, title))
     else:
+        require_one_setting(location, runs)
         results = {}
         for run in runs:
             print(f"{run.name}:")
@@ -322,6 +323,31 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
             print(line)
         write(out_dir, "dynamics", seeds.to_dict(), seeds_figure(seeds, location))
     print(f"(dynamics took {time.perf_counter() - started:.1f} s)")
+
+
+def require_one_setting(location: str, runs: list[Path]) -> None:
+    """Runs summed up over seeds must differ by their seed alone (their command lines, `.hydra/
+    overrides.yaml`, without `seed=`): a sweep over another setting is refused in one line."""
+    from transformer_lab import run_files
+
+    settings = {
+        run.name: frozenset(o for o in run_files.overrides(run) if not o.startswith("seed="))
+        for run in runs
+        if (run / ".hydra" / "overrides.yaml").exists()
+    }
+    first, *others = settings.items() if settings else [("", frozenset())]
+    other = next(((name, s) for name, s in others if s != first[1]), None)
+    if other is not None:
+        has = [
+            ", ".join(sorted(a - b)) or "nothing else"
+            for a, b in ((first[1], other[1]), (other[1], first[1]))
+        ]
+        require(
+            False,
+            f"the runs under {location} differ by more than their seed: run {first[0]} has {has[0]}, run "
+            f"{other[0]} {has[1]}; analysis=dynamics over a folder sums up the seeds of one setting: point "
+            "ckpt_path at a folder of such runs, or at one run",
+        )
 
 
 def interpret(args: dict[str, str]) -> None:

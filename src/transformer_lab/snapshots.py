@@ -71,11 +71,15 @@ def find(location: str | Path) -> list[Snapshot]:
 
 def runs(location: str | Path) -> list[Path]:
     """The run directories with snapshots under a folder that has none of its own (a sweep of seeds:
-    `python train.py -m ... seed=0,1,2`), in order; [] for anything else."""
+    `python train.py -m ... seed=0,1,2`), in the order of their job numbers (2 before 10); [] for anything
+    else."""
     path = Path(location).expanduser()
     if pretrained.is_pretrained(location) or not path.is_dir() or folder(path) is not None:
         return []
-    return sorted(p.parent.parent for p in path.glob(f"*/{FOLDER}") if folder(p.parent.parent) is not None)
+    found = [p.parent.parent for p in path.glob(f"*/{FOLDER}") if folder(p.parent.parent) is not None]
+    return sorted(
+        found, key=lambda run: (not run.name.isdigit(), int(run.name) if run.name.isdigit() else 0, run.name)
+    )
 
 
 def nearest(location: str | Path, step: int) -> Snapshot:
