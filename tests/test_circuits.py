@@ -92,9 +92,9 @@ def test_nothing_patched_is_the_clean_run_and_everything_the_corrupted_one(arch,
     assert setup.ablated_metric == pytest.approx(float(setup.metric(model(*bad).detach())[0]), abs=1e-5)
 
 
-@pytest.mark.parametrize("ablation", ["corrupted", "zero"])  # (mean: every score is 0 for a linear mean)
-def test_eap_is_exact_edge_patching_on_a_linear_model(ablation):
-    model = LinearModel().eval()
+def linear_pairs() -> tuple:
+    """LinearModel's batch (tokens, labels) and its corruption ((tokens,), labels): token 2 changed, and
+    the answer at the last output."""
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, 7, (5, 6), generator=generator)
     corrupted = tokens.clone()
@@ -103,6 +103,13 @@ def test_eap_is_exact_edge_patching_on_a_linear_model(ablation):
     labels[:, -1] = 1
     bad_labels = labels.clone()
     bad_labels[:, -1] = 2
+    return tokens, labels, ((corrupted,), bad_labels)
+
+
+@pytest.mark.parametrize("ablation", ["corrupted", "zero"])  # (mean: every score is 0 for a linear mean)
+def test_eap_is_exact_edge_patching_on_a_linear_model(ablation):
+    model = LinearModel().eval()
+    tokens, labels, ((corrupted,), bad_labels) = linear_pairs()
     setup = circuits.prepare(model, tokens, labels, ((corrupted,), bad_labels), "logit_diff", ablation)
     exact = circuits.score_patching(setup)
     assert exact.abs().max() > 0.05
@@ -148,9 +155,13 @@ def test_every_method_on_a_real_model_leaves_no_hook_and_no_change(method):
     for key, value in _state(model).items():
         assert torch.equal(value, before[key]), key
     numbers = result.to_dict()
-    assert set(numbers) == {"method", "metric", "level", "num_examples", "seconds", "nodes", "edges",
-                            "node_scores", "faithfulness", "circuit"}  # fmt: skip
-    assert numbers["edges"][0].keys() == {"src", "dst", "score"} and numbers["node_scores"] == []
+    keys = {"method", "metric", "level", "num_examples", "seconds", "nodes", "edges", "node_scores",
+            "faithfulness", "circuit", "verified", "warnings", "node_totals", "ci"}  # fmt: skip
+    verified = not circuits.METHODS[method].exact  # the estimates' top 20 units are checked
+    assert set(numbers) == keys | ({"verify_seconds"} if verified else set())
+    assert numbers["verified"] == (20 if verified else 0) and numbers["node_scores"] == []
+    assert sum("exact" in edge for edge in numbers["edges"]) == numbers["verified"]
+    assert {"src", "dst", "score", "ci", "stability"} <= numbers["edges"][0].keys()
 
 
 def test_eap_ig_agrees_with_patching_on_a_trained_model_at_node_level():
@@ -195,12 +206,12 @@ def test_the_refusals_are_one_line_and_name_the_fix():
     cases = [
         (dict(inputs=clean[0][:0], labels=labels[:0]), "num_examples=0"),
         (dict(method="nope"), r"method=nope is unknown; use method=eap \| eap_ig \| patching \| acdc"),
-        (dict(metric="nope"), r"metric=nope is unknown; use metric=logit_diff \| kl"),
+        (dict(metric="nope"), r"metric=nope is unknown; use metric=logit_diff \| logprob \| kl"),
         (dict(method="acdc", threshold=1.5), r"threshold=1.5 is out of range.*between 0 and 1"),
         (dict(corrupted=None), "ablation=corrupted needs corrupted inputs.*ablation=zero"),
         (
-            dict(corrupted=(bad, labels), metric="logit_diff"),
-            "metric=logit_diff needs a corruption.*metric=kl",
+            dict(corrupted=None, ablation="zero", metric="logit_diff"),
+            "metric=logit_diff needs a corruption.*use metric=logprob or metric=kl",
         ),
         (dict(method="patching", max_seconds=1e-9), r"method=patching would take about .* use method=eap"),
         (dict(ablation="half"), r"ablation=half is unknown; use ablation=corrupted \| zero \| mean"),

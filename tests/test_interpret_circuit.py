@@ -11,7 +11,7 @@ from transformer_lab.data import ReverseDataModule
 from transformer_lab.data.task import TaskDataModule
 
 KEYS = {"method", "metric", "level", "num_examples", "seconds", "nodes", "edges", "node_scores"}
-KEYS |= {"faithfulness", "circuit"}
+KEYS |= {"faithfulness", "circuit", "verified", "warnings", "ci"}  # (+ node_totals at edge level)
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +25,13 @@ def test_an_answer_key_writes_its_circuit_and_grade(script, tmp_path, capsys):
     )
     out = capsys.readouterr().out
     numbers = json.loads((tmp_path / "circuit.json").read_text())
-    assert set(numbers) == KEYS | {"answer_key_auc"}
+    assert set(numbers) == KEYS | {"answer_key_auc", "node_totals", "verify_seconds"}
     assert (numbers["method"], numbers["metric"], numbers["level"]) == ("eap", "logit_diff", "edge")
     assert numbers["num_examples"] == 32 and numbers["seconds"] > 0 and numbers["node_scores"] == []
-    assert numbers["answer_key_auc"] == 1.0
+    assert numbers["answer_key_auc"] == 1.0 and numbers["verified"] == 20 and numbers["warnings"] == []
     edges = numbers["edges"]
-    assert all(set(edge) == {"src", "dst", "score"} for edge in edges)
+    assert all({"src", "dst", "score", "ci", "stability"} <= set(edge) for edge in edges)
+    assert sum(set(edge) >= {"exact", "exact_ci"} for edge in edges) == 20
     chosen = sorted((edges[i]["src"], edges[i]["dst"]) for i in numbers["circuit"])
     assert chosen == [("blocks.1.attn.head.0", "logits"), ("embed", "blocks.1.attn.head.0.v")]
     sizes = [point["size"] for point in numbers["faithfulness"]]
@@ -38,8 +39,14 @@ def test_an_answer_key_writes_its_circuit_and_grade(script, tmp_path, capsys):
     assert numbers["faithfulness"][-1]["faithfulness"] == pytest.approx(1.0, abs=1e-4)
     assert (tmp_path / "circuit.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "circuit.svg").read_text().lstrip().startswith("<?xml")
-    smallest = "Smallest circuit reaching 0.9 faithfulness: 2 edges, strongest first"
-    assert f"{smallest} (L1H0 -> logits, embed -> L1H0.v)" in out
+    smallest = (
+        "Smallest circuit reaching 0.9 faithfulness: 2 edges, faithfulness 1.00 [1.00, 1.00]; strongest"
+    )
+    assert (
+        f"{smallest} first, each with its stability (the share of resamples whose circuit holds it): " in out
+    )
+    assert "L1H0 -> logits 1.00, embed -> L1H0.v 1.00" in out and "warning:" not in out
+    assert "method=eap and metric=logit_diff are the defaults here" in out
     assert "Against the answer key's circuit: ROC AUC 1.0000" in out
 
 
@@ -48,7 +55,7 @@ def test_a_post_norm_model_says_it_is_scored_by_nodes(script, tmp_path, capsys):
     script.main([*args, "metric=kl", f"out_dir={tmp_path}"])
     out = capsys.readouterr().out
     numbers = json.loads((tmp_path / "circuit.json").read_text())
-    assert set(numbers) == KEYS and numbers["level"] == "node" and numbers["edges"] == []
+    assert set(numbers) == KEYS | {"verify_seconds"} and numbers["level"] == "node" and numbers["edges"] == []
     assert [s["node"] for s in numbers["node_scores"]][:3] == ["embed", "pos_embed", "blocks.0.attn.head.0"]
     assert numbers["metric"] == "kl" and numbers["method"] == "acdc"
     assert "node level: this model is post-norm" in out
@@ -65,14 +72,18 @@ def test_a_post_norm_model_says_it_is_scored_by_nodes(script, tmp_path, capsys):
             ["method=zero"],
             "method=zero is unknown for analysis=circuit; use method=eap | eap_ig | patching | acdc",
         ),
-        (["metric=accuracy"], "metric=accuracy is unknown; use metric=logit_diff | kl"),
+        (["metric=accuracy"], "metric=accuracy is unknown; use metric=logit_diff | logprob | kl"),
         (["ablation=noise"], "ablation=noise is unknown; use ablation=corrupted | zero | mean"),
         (["method=acdc", "threshold=2"], "threshold=2 is out of range"),
         (["method=acdc", "threshold=0"], "threshold=0 is out of range"),
         (["num_examples=0"], "num_examples=0 must be a positive integer"),
         (["steps=0"], "steps=0 must be an integer from 1 to 1000"),
         (["method=eap_ig", "steps=1000000000"], "steps=1000000000 must be an integer from 1 to 1000"),
-        (["ckpt_path=pretrained:shakespeare", "metric=logit_diff"], "metric=logit_diff needs a corruption"),
+        (["verify=-1"], "verify=-1 must be an integer >= 0: the top edges checked by exact patching"),
+        (["verify=2.5"], "verify=2.5 is not an integer"),
+        (["ci=2"], "ci=2.0 must be a level between 0 and 1"),
+        (["method=eap", "metric=kl"], "method=eap with metric=kl scores every edge 0"),
+        (["ablation=zero", "method=eap", "metric=kl"], "method=eap with metric=kl scores every edge 0"),
         (["heads=0.1"], "heads= is for analysis=heads, not analysis=circuit"),
     ],
 )

@@ -1,4 +1,5 @@
-"""`python -m transformer_lab.interpret analysis=circuit`: find a checkpoint's circuit, evaluate it, draw it.
+"""`python -m transformer_lab.interpret analysis=circuit`: find a checkpoint's circuit, check it, evaluate it,
+draw it.
 
     python -m transformer_lab.interpret ckpt_path=pretrained:key_reverse analysis=circuit method=eap
     python -m transformer_lab.interpret ckpt_path=pretrained:shakespeare analysis=circuit position=1
@@ -7,15 +8,20 @@
 On the first `num_examples` test examples and their corruption (the task's `corrupted_pairs`; `position=`
 picks what it changes), `transformer_lab.analysis.circuits` scores every edge (pre-norm models) or node
 (post-norm ones) with `method=` (a method of the registry, `analysis.circuits.METHODS`: the built-in ones
-and any a module of your own registers), evaluates the top-k circuits and finds the smallest reaching 0.9
-faithfulness. Writes circuit.json (method, metric, level, num_examples, seconds, nodes, edges,
-node_scores, faithfulness, circuit, and answer_key_auc for a hand-built answer key), circuit.png and
-circuit.svg (the layered graph and the faithfulness curve), and prints a summary.
+and any a module of your own registers), checks an estimate's top `verify=` units by exact patching,
+evaluates the top-k circuits and finds the smallest reaching 0.9 faithfulness, with intervals over the
+examples (`ci=`). Writes circuit.json (method, metric, level, num_examples, seconds, nodes, edges,
+node_scores, faithfulness, circuit, verified, warnings, node_totals, ci, and answer_key_auc for a
+hand-built answer key), circuit.png and circuit.svg (the layered graph and the faithfulness curve), and
+prints a summary. The defaults (method=eap, or eap_ig with metric=kl; metric=logit_diff where the task
+has a corruption, logprob where it has none) are said when used; what was asked for is done, or refused.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +33,8 @@ if TYPE_CHECKING:
     from transformer_lab.analysis.circuits.evaluation import Circuit
     from transformer_lab.checkpoint import Checkpoint
 
-SHOWN = 8  # strongest edges (nodes) printed
+SHOWN = 8  # strongest edges (nodes) printed, and nodes in the per-node totals
+SHOWN_VERIFIED = 20  # at most this many verified edges printed (every one is in circuit.json)
 
 
 def check_args(args: dict[str, str]) -> None:
@@ -39,11 +46,15 @@ def check_args(args: dict[str, str]) -> None:
     options.require_ablation(args.get("ablation", "corrupted"))
     options.require_threshold(to_number(args, "threshold", float, 0.01))
     options.require_steps(to_number(args, "steps", int, 5))
+    options.require_verify(to_number(args, "verify", int, options.VERIFY))
 
 
-def _pairs(checkpoint: Checkpoint, count: int, args: dict[str, str], needs_corruption: bool) -> tuple:
-    """(clean batch, corrupted batch or None)."""
-    if not needs_corruption:
+def _pairs(checkpoint: Checkpoint, count: int, args: dict[str, str]) -> tuple:
+    """(clean batch, corrupted batch or None): the corruption where the ablation or the metric needs it,
+    or where no metric is given (logit_diff, the default with a corruption; logprob without one)."""
+    ablation, metric = args.get("ablation", "corrupted"), args.get("metric")
+    needs = ablation == "corrupted" or metric == "logit_diff"
+    if not needs and metric is not None:
         return checkpoint.examples(count, exact="num_examples" in args), None
     position = to_number(args, "position", int, 0)
     try:
@@ -51,10 +62,12 @@ def _pairs(checkpoint: Checkpoint, count: int, args: dict[str, str], needs_corru
     except ConfigError as exc:
         if "defines no corruption" not in str(exc):
             raise
+        if not needs:
+            return checkpoint.examples(count, exact="num_examples" in args), None
         raise ConfigError(
             f"the task {checkpoint.task_name} defines no corruption (inputs that differ in one token), which "
-            "ablation=corrupted and metric=logit_diff need; use ablation=zero (or mean) metric=kl, or define "
-            "corrupted_pairs in the task (docs/own_task.md)"
+            "ablation=corrupted and metric=logit_diff need; use ablation=zero (or mean) with metric=logprob "
+            "or metric=kl, or define corrupted_pairs in the task (docs/own_task.md)"
         ) from None
 
 
@@ -62,8 +75,75 @@ def _short(name: str) -> str:
     return name.replace("blocks.", "b").replace(".attn.head.", ".h").replace(".cross_attn.head.", ".xh")
 
 
-def summary(result: Circuit, location: str) -> str:
-    """What the analysis prints: what was measured, the strongest edges, the faithfulness, the circuit."""
+def _interval(bounds: Sequence[float]) -> str:
+    """` [lo, hi]`, and `~` when 0 is in it (a difference within noise)."""
+    low, high = bounds
+    return f" [{low:+.4f}, {high:+.4f}]{'~' if low <= 0 <= high else ''}"
+
+
+def _defaults(result: Circuit) -> list[str]:
+    chosen = {"method": result.method, "metric": result.metric}
+    given = [f"{name}={chosen[name]}" for name in result.defaults]
+    if not given:
+        return []
+    keys = " and ".join(f"{name}=" for name in result.defaults)
+    verb = "are the defaults" if len(given) > 1 else "is the default"
+    return [f"{' and '.join(given)} {verb} here ({keys} choose{'s' if len(given) == 1 else ''} otherwise)"]
+
+
+def _corrupted_answers(result: Circuit, names: Sequence[str] | None) -> list[str]:
+    """The one line naming the corrupted answers the corrupted run chose (logit_diff, answers kept)."""
+    if result.corrupted_answers is None:
+        return []
+    answers = result.corrupted_answers.tolist()
+    common = Counter(answers).most_common(3)
+    shown = ", ".join(f"{(names[t] if names else str(t))!r} {n}x" for t, n in common)
+    return [
+        f"metric=logit_diff: the corruption leaves the answer of {len(answers)} of {result.num_examples} "
+        "examples as it was; their corrupted answer is the corrupted run's most likely token other than "
+        f"the clean answer (most often {shown})"
+    ]
+
+
+def _table(result: Circuit, label: Callable[[str], str], names: list[str]) -> list[str]:
+    """The strongest units by the method's score, with the exact effect beside the verified ones, and
+    each number's interval."""
+    what = "edges" if result.graph.level == "edge" else "nodes"
+    check, bounds = result.check, result.intervals
+    verified = [] if check is None else check.units
+    order = result.scores.abs().argsort(descending=True, stable=True).tolist()
+    shown = order[: max(SHOWN, min(len(verified), SHOWN_VERIFIED))]
+    said = f"Scored {result.graph.units} {what} in {result.seconds:.2f} s"
+    if check is not None:
+        said += f"; verified the top {len(verified)} by exact patching in {check.seconds:.2f} s"
+    ci = f"; [its {bounds.level:.0%} interval over the examples], ~ where 0 is in it" if bounds else ""
+    lines = [f"{said}; the strongest (change of the metric{ci}):"]
+    rows = []
+    for u in shown:
+        cell = f"{float(result.scores[u]):+.4f}"
+        if bounds is not None and bounds.scores is not None:
+            cell += _interval(bounds.scores[u].tolist())
+        row = [label(names[u]), cell]
+        if u in verified:
+            k = verified.index(u)
+            exact = f"{float(check.exact[k]):+.4f}"
+            row.append(exact + (_interval(bounds.exact[k].tolist()) if bounds is not None else ""))
+        rows.append(row)
+    if check is not None:
+        rows.insert(0, [what[:-1], result.method, "exact"])
+    widths = [max(len(row[i]) for row in rows if len(row) > i) for i in range(3 if check else 2)]
+    lines += [
+        "  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths, strict=False)).rstrip() for row in rows
+    ]
+    if len(verified) > len(shown):
+        lines.append(f"  ... and {len(verified) - len(shown)} more verified {what} in circuit.json")
+    return lines
+
+
+def summary(result: Circuit, location: str, names: Sequence[str] | None = None) -> str:
+    """What the analysis prints: what was measured, the strongest edges (their exact effects and
+    intervals), the disagreements, the per-node totals, the faithfulness, the circuit. `names`: the
+    model's output names (to name the corrupted answers it chose)."""
     g = result.graph
     nodes = {n.name: n.label for n in g.nodes}
     what = "edges" if g.level == "edge" else "nodes"
@@ -80,6 +160,8 @@ def summary(result: Circuit, location: str) -> str:
         f"{location}: method={result.method} metric={result.metric} ablation={result.ablation}, "
         f"{result.num_examples} examples; metric clean {result.clean_metric:.4g}, every {what[:-1]} patched "
         f"{result.ablated_metric:.4g}",
+        *_defaults(result),
+        *_corrupted_answers(result, names),
     ]
     if g.level == "node":
         lines.append(
@@ -87,57 +169,89 @@ def summary(result: Circuit, location: str) -> str:
             "is not a sum of the components' outputs and edges are not defined; its circuit is a set of "
             "nodes (the embeddings, heads and MLPs)"
         )
-    lines.append(f"Scored {g.units} {what} in {result.seconds:.2f} s; the strongest (change of the metric):")
-    names = g.unit_names()
-    order = result.scores.abs().argsort(descending=True, stable=True).tolist()
-    width = max(len(label(names[i])) for i in order[:SHOWN])
-    for i in order[:SHOWN]:
-        lines.append(f"  {label(names[i]):<{width}}  {float(result.scores[i]):+.4f}")
+    unit_names = g.unit_names()
+    lines += _table(result, label, unit_names)
+    lines += [f"warning: {d.text(label(unit_names[d.unit]), result.method)}" for d in result.disagreements]
+    if g.level == "edge":
+        totals = [t for t in result.node_totals() if t[1] or t[2]]
+        totals = sorted(totals, key=lambda t: -max(abs(t[1]), abs(t[2])))[:SHOWN]
+        shown = ", ".join(f"{g.nodes[n].label} {into:+.4f} / {out:+.4f}" for n, into, out in totals)
+        by = "effects" if result.check is not None else "scores"
+        lines.append(f"Per node, the {by} of its edges summed (into it / out of it): {shown}")
+    ranked = "|effect| (the exact one where verified; " if result.check is not None else "|score| ("
     curve = ", ".join(f"{k}: {f:.2f}" for k, f in zip(result.sizes, result.curve, strict=True))
-    lines.append(f"Faithfulness of the top-k {what} (k: faithfulness): {curve}; area {result.area:.3f}")
+    lines.append(
+        f"Faithfulness of the top-k {what} by {ranked}k: faithfulness): {curve}; area {result.area:.3f}"
+    )
     if result.circuit is None:
         lines.append("No circuit of these reaches 0.9 faithfulness")
     else:
-        units = result.circuit if g.level == "edge" else [g.scored.index(n) for n in result.circuit]
-        members = [label(names[u]) for u in sorted(units, key=lambda u: -abs(float(result.scores[u])))]
-        shown = ", ".join(members[:12]) + (", ..." if len(members) > 12 else "")
-        lines.append(
-            f"Smallest circuit reaching 0.9 faithfulness: {len(members)} {what}, strongest first ({shown})"
-        )
+        lines.append(_circuit_line(result, label, unit_names, what))
     if result.kept is not None:
         lines.append(
             f"ACDC kept {int(result.kept.sum())} {what} (each other one moved the metric by less than "
             "the threshold)"
+        )
+    if result.intervals is not None:
+        lines.append(
+            f"Intervals: {result.intervals.resamples} bootstrap resamples of the examples, in "
+            f"{result.intervals.seconds:.2f} s"
         )
     if result.answer_key_auc is not None:
         lines.append(f"Against the answer key's circuit: ROC AUC {result.answer_key_auc:.4f}")
     return "\n".join(lines)
 
 
+def _circuit_line(result: Circuit, label: Callable[[str], str], names: list[str], what: str) -> str:
+    """The smallest circuit: its faithfulness (and interval), its members strongest first (and their
+    stability)."""
+    g, bounds = result.graph, result.intervals
+    units = result.circuit if g.level == "edge" else [g.scored.index(n) for n in result.circuit]
+    effects = result.effects
+    members = sorted(units, key=lambda u: -abs(float(effects[u])))
+    stability = None if bounds is None else bounds.stability
+    shown = ", ".join(
+        label(names[u]) + ("" if stability is None else f" {float(stability[u]):.2f}") for u in members[:12]
+    ) + (", ..." if len(members) > 12 else "")
+    faithful = f"faithfulness {result.circuit_faithfulness():.2f}"
+    if bounds is not None:
+        low, high = bounds.faithfulness[result.smallest]
+        faithful += f" [{low:.2f}, {high:.2f}]"
+    held = (
+        ""
+        if stability is None
+        else ", each with its stability (the share of resamples whose circuit holds it)"
+    )
+    size = f"{len(members)} {what}, {faithful}"
+    return f"Smallest circuit reaching 0.9 faithfulness: {size}; strongest first{held}: {shown}"
+
+
 def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], out_dir: Path) -> Circuit:
-    """Score, evaluate, print and write (see the module docstring)."""
+    """Score, check, evaluate, print and write (see the module docstring)."""
     from transformer_lab.analysis import circuits
     from transformer_lab.figures.circuits import circuit_graph
+    from transformer_lab.interpret import ci_level
     from transformer_lab.pretrained import answer_keys
 
     check_args(args)
-    method, ablation = args.get("method"), args.get("ablation", "corrupted")  # method: see discover
-    metric = args.get("metric")
-    clean, corrupted = _pairs(checkpoint, count, args, ablation == "corrupted" or metric == "logit_diff")
+    ablation = args.get("ablation", "corrupted")
+    clean, corrupted = _pairs(checkpoint, count, args)
     key = answer_keys.key_for(args["ckpt_path"])
     with as_config_error():
         result = circuits.discover(
             checkpoint.model,
             *clean,
             corrupted,
-            method=method,
-            metric=metric,
+            method=args.get("method"),  # None: the default, said in the output
+            metric=args.get("metric"),
             ablation=ablation,
             steps=to_number(args, "steps", int, 5),
             threshold=to_number(args, "threshold", float, 0.01),
             truth=key.circuit if key is not None and ablation == "corrupted" else None,  # its corruption's
+            verify=to_number(args, "verify", int, options.VERIFY),
+            ci=ci_level(args),
         )
-    print(summary(result, args["ckpt_path"]))
+    print(summary(result, args["ckpt_path"], checkpoint.output_names))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "circuit.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
     title = f"{args['ckpt_path']}: {result.method} ({result.num_examples} examples, {result.metric})"

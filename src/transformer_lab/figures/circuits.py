@@ -1,9 +1,10 @@
 """The figure of a circuit (`transformer_lab.analysis.circuits`): the model's graph in layers, inputs at the
 bottom and the logits at the top (an encoder-decoder: the encoder's column left of the decoder's), heads
 labelled as in the head table (L0H1, E0H1, D0H1, X0H1), each edge drawn with a width proportional to its
-|score| and coloured by what it feeds (a head's query, key or value, or an MLP / the logits); at node level
-the nodes are shaded by |score|. The circuit (the smallest reaching 0.9 faithfulness) is drawn opaque, the
-other strongest edges faintly. Beside it, the faithfulness curve over the circuit's size."""
+|effect| (the exact effect where verify= checked it, the method's score elsewhere: what the circuit is
+built from) and coloured by what it feeds (a head's query, key or value, or an MLP / the logits); at node
+level the nodes are shaded by |effect|. The circuit (the smallest reaching 0.9 faithfulness) is drawn
+opaque, the other strongest edges faintly. Beside it, the faithfulness curve over the circuit's size."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def circuit_graph(circuit: Circuit, title: str) -> Figure:
     width = max(5.0, 1.1 * widest * columns)
     fig = Figure(figsize=(width + 4.0, 0.7 * height + 1.8), layout="constrained")
     graph_ax, curve_ax = fig.subplots(1, 2, width_ratios=[width, 3.6])
-    scores = np.abs(circuit.scores.numpy())
+    scores = np.abs(circuit.effects.numpy())
     top = float(scores.max()) if scores.size and scores.max() > 0 else 1.0
     chosen = set(circuit.circuit_units())
     drawn = chosen
@@ -105,11 +106,12 @@ def circuit_graph(circuit: Circuit, title: str) -> Figure:
     size = "none reaches 0.9" if circuit.circuit is None else f"{len(chosen)} {what}"
     if len(drawn) < len(chosen):
         size += f" (the {len(drawn)} strongest drawn)"
-    graph_ax.set_title(f"{circuit.method}, {g.level} level: circuit {size}", fontsize=9)
+    checked = f", top {len(circuit.check.units)} verified" if circuit.check is not None else ""
+    graph_ax.set_title(f"{circuit.method}{checked}, {g.level} level: circuit {size}", fontsize=9)
     curve_ax.plot(circuit.sizes, circuit.curve, marker="o", markersize=3)
     curve_ax.axhline(0.9, color="0.6", linestyle=":", linewidth=1)
     curve_ax.set_xscale("log")
-    curve_ax.set_xlabel(f"{'edges' if g.level == 'edge' else 'nodes'} kept (top by |score|)", fontsize=8)
+    curve_ax.set_xlabel(f"{'edges' if g.level == 'edge' else 'nodes'} kept (top by |effect|)", fontsize=8)
     curve_ax.set_ylabel("faithfulness", fontsize=8)
     curve_ax.set_title(f"faithfulness (area {circuit.area:.3f})", fontsize=9)
     curve_ax.tick_params(labelsize=7)

@@ -5,7 +5,7 @@ the nodes) that carry the task from a clean input to its answer, against a corru
 answer. One concept per file:
 
     graph.py        the graph: nodes (embeddings, heads, MLPs, logits), the inputs they read, the edges
-    metrics.py      the metric M a circuit is scored and evaluated by (logit_diff, kl)
+    metrics.py      the metric M a circuit is scored and evaluated by (logit_diff, logprob, kl), per example
     patcher.py      running the model with any sets of units patched at once; `prepare` makes the Setup
     options.py      what an analysis is asked for (metric, ablation, a method's Options), `Scores`
     methods.py      the registry: a method is one function and one registration (`register`, METHODS)
@@ -14,8 +14,10 @@ answer. One concept per file:
     patching.py     exact: one patched pass per edge, the reference the estimates are compared to
     acdc.py         greedy pruning from the logits backwards
     attribution.py  what eap and eap_ig share: the gradients and the first-order change
-    evaluation.py   `discover`: the scores, the faithfulness curve, the smallest circuit, the answer key's
-                    ROC AUC
+    evidence.py     every answer with its evidence: an estimate's top units checked by exact patching
+                    (verify=), the disagreements warned of, intervals over the examples and stability (ci=)
+    evaluation.py   `discover`: the scores, their check, the faithfulness curve, the smallest circuit, the
+                    intervals, the answer key's ROC AUC
 
     from transformer_lab.analysis import circuits
     result = circuits.discover(model, inputs, labels, (corrupted_inputs, corrupted_labels), method="eap")
@@ -37,12 +39,14 @@ from transformer_lab.analysis.circuits.options import (
     ABLATIONS,
     MAX_STEPS,
     METRICS,
+    VERIFY,
     Options,
     Scores,
     require_ablation,
     require_metric,
     require_steps,
     require_threshold,
+    require_verify,
 )
 
 _LAZY = {  # the modules that load torch, and the names they give the package
@@ -51,18 +55,19 @@ _LAZY = {  # the modules that load torch, and the names they give the package
         "MAX_REPLICAS", "Batch", "Patcher", "Setup", "node_outputs", "prepare", "replicas_for",
         "require_time",
     ),
+    "evidence": ("Check", "Disagreement", "Intervals", "disagreements", "ranks", "resample", "verify"),
     "evaluation": (
         "FAITHFUL", "Circuit", "area", "circuit_faithfulness", "discover", "faithfulness", "ranking",
-        "roc_auc", "score", "score_acdc", "score_eap", "score_eap_ig", "score_patching", "sizes_for",
-        "smallest_circuit", "truth_mask",
+        "roc_auc", "run_method", "score", "score_acdc", "score_eap", "score_eap_ig", "score_patching",
+        "sizes_for", "smallest_circuit", "truth_mask",
     ),
 }  # fmt: skip
 _HOMES = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
-    "ABLATIONS", "BUILT_IN", "LEVELS", "MAX_STEPS", "METHODS", "METRICS", "Graph", "Method", "Node",
-    "Options", "Reader", "Scores", "graph", "is_pre_norm", "register", "require_ablation", "require_method",
-    "require_metric", "require_steps", "require_threshold", *_HOMES,
+    "ABLATIONS", "BUILT_IN", "LEVELS", "MAX_STEPS", "METHODS", "METRICS", "VERIFY", "Graph", "Method",
+    "Node", "Options", "Reader", "Scores", "graph", "is_pre_norm", "register", "require_ablation",
+    "require_method", "require_metric", "require_steps", "require_threshold", "require_verify", *_HOMES,
 ]  # fmt: skip
 
 

@@ -33,23 +33,23 @@ def score(setup: Setup, options: Options) -> Scores:
     g = setup.graph
     tolerance = options.threshold * abs(setup.clean_metric - setup.ablated_metric)
     mask = torch.zeros(1, g.units)
-    scores = torch.zeros(g.units)
-    current = setup.clean_metric
+    shares = torch.zeros(setup.inputs[0].size(0), g.units)  # each example's share of each score
+    current = setup.clean_values
 
     def test(unit: int) -> None:
         nonlocal current
         mask[0, unit] = 1.0
-        value = float(setup.evaluate(mask, chunk=1)[0])
-        scores[unit] = value - current
-        if abs(value - current) < tolerance:
-            current = value
+        values = setup.evaluate(mask, chunk=1, per_example=True)[0]
+        shares[:, unit] = (values - current).cpu()
+        if abs(float(values.sum()) - float(current.sum())) < tolerance:
+            current = values
         else:
             mask[0, unit] = 0.0
 
     if g.level == "node":
         for k in reversed(range(g.units)):
             test(k)
-        return Scores(scores, mask[0] == 0)
+        return Scores(shares.sum(dim=0), mask[0] == 0, shares)
     alive = {len(g.nodes) - 1}  # the logits
     by_reader: dict[int, list[int]] = {}
     for e, (_, r) in enumerate(g.edges):
@@ -64,4 +64,4 @@ def score(setup: Setup, options: Options) -> Scores:
             test(e)
             if mask[0, e] == 0:
                 alive.add(g.edges[e][0])
-    return Scores(scores, mask[0] == 0)
+    return Scores(shares.sum(dim=0), mask[0] == 0, shares)

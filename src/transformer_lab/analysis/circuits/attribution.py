@@ -3,7 +3,8 @@ the first-order change of M when a unit is patched,
 
     (out_u' - out_u) . dM/d input_d        (edge u -> d; at node level dM/d out_u)
 
-every unit from one forward and one backward pass.
+every unit from one forward and one backward pass, with each example's share of it (the model runs each
+example on its own, so the gradient of the batch's M at an example's activations is its term's alone).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from transformer_lab.analysis.circuits.options import Scores
 from transformer_lab.analysis.circuits.patcher import Setup
 from transformer_lab.nn import evaluating
 
@@ -39,31 +41,33 @@ def gradients(setup: Setup, interpolate: float | None) -> dict[str, Tensor]:
     return {n: torch.zeros_like(kept[n]) if d is None else d for n, d in zip(names, grads, strict=True)}
 
 
-def attribution(setup: Setup, grads: dict[str, Tensor]) -> Tensor:
-    """(out_u' - out_u) . gradient, per edge (node): the first-order change of M when it is patched."""
+def attribution(setup: Setup, grads: dict[str, Tensor]) -> Scores:
+    """(out_u' - out_u) . gradient, per edge (node): the first-order change of M when it is patched, and
+    each example's share of it (the dot product over that example's positions only)."""
     g, p = setup.graph, setup.patcher
-    scores = torch.zeros(g.units)
+    batch = setup.inputs[0].size(0)
+    shares = torch.zeros(batch, g.units, dtype=torch.float64)
     if g.level == "edge":
-        delta = {  # per stack, out' - out of every node [U, B T D]
-            stack: (p.stacked[stack] - torch.stack([setup.clean_outputs[u] for u in us])).flatten(1)
+        delta = {  # per stack, out' - out of every node [U, B, T D]
+            stack: (p.stacked[stack] - torch.stack([setup.clean_outputs[u] for u in us])).flatten(2)
             for stack, us in g.writers.items()
         }
         for hook in p.readers_by_hook:
             start, stop, stack = p.span(hook)
-            gradient = grads[hook]
+            gradient = grads[hook]  # [B, T, heads, D] or [B, T, D]
             gradient = (
-                gradient.transpose(2, 3).reshape(-1, gradient.size(2))
+                gradient.transpose(2, 3).reshape(batch, -1, gradient.size(2))
                 if gradient.dim() == 4
-                else gradient.reshape(-1, 1)
+                else gradient.reshape(batch, -1, 1)
             )
-            values = delta[stack][start:stop] @ gradient  # [n, heads]
-            scores[p.unit_index[hook].flatten()] = values.flatten().float().cpu()
-        return scores
-    for hook, nodes in p.outputs_by_hook.items():
-        gradient = grads[hook]
-        for k, n in enumerate(nodes):
-            head = g.nodes[n].head
-            grad = gradient if head is None else gradient[:, :, head]
-            delta = p.alternative[n] - setup.clean_outputs[n]
-            scores[p.unit_index[hook][k]] = float((delta.double() * grad.double()).sum())
-    return scores
+            values = delta[stack][start:stop].transpose(0, 1) @ gradient  # [B, n, heads]
+            shares[:, p.unit_index[hook].flatten()] = values.flatten(1).double().cpu()
+    else:
+        for hook, nodes in p.outputs_by_hook.items():
+            gradient = grads[hook]
+            for k, n in enumerate(nodes):
+                head = g.nodes[n].head
+                grad = gradient if head is None else gradient[:, :, head]
+                delta = p.alternative[n] - setup.clean_outputs[n]
+                shares[:, p.unit_index[hook][k]] = (delta.double() * grad.double()).flatten(1).sum(1).cpu()
+    return Scores(shares.sum(dim=0).float(), per_example=shares.float())

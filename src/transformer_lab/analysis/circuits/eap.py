@@ -7,7 +7,7 @@ The change of M when edge u -> d alone is patched, to first order in the change 
 
 (at node level: (out_u' - out_u) . dM/d out_u). Exact where the model is linear in the patched values; a
 gradient at the clean input misses what saturates there (a softmax near 0 or 1), and with metric=kl it
-is 0 everywhere (KL to the clean output is at its minimum there): use eap_ig.
+is 0 everywhere (KL to the clean output is at its minimum there): use eap_ig, or logit_diff or logprob.
 """
 
 from __future__ import annotations
@@ -30,6 +30,6 @@ def score(setup: Setup, options: Options) -> Scores:
         setup.metric.name != "kl",
         "method=eap with metric=kl scores every edge 0: KL divergence to the clean output has zero gradient "
         "at the clean input, where eap takes it; use method=eap_ig (integrated gradients), or "
-        "metric=logit_diff where the corruption changes the answer",
+        "metric=logit_diff or metric=logprob",
     )
-    return Scores(attribution(setup, gradients(setup, None)))
+    return attribution(setup, gradients(setup, None))

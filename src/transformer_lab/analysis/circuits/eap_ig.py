@@ -32,4 +32,4 @@ def score(setup: Setup, options: Options) -> Scores:
     for k in range(1, steps + 1):
         for name, gradient in gradients(setup, k / steps).items():
             total[name] = total[name] + gradient if name in total else gradient
-    return Scores(attribution(setup, {name: t / steps for name, t in total.items()}))
+    return attribution(setup, {name: t / steps for name, t in total.items()})

@@ -25,8 +25,9 @@ from transformer_lab.analysis.circuits.metrics import Metric, make_metric
 from transformer_lab.analysis.circuits.options import require_ablation, require_metric
 from transformer_lab.errors import require
 from transformer_lab.limits import available_memory
-from transformer_lab.nn import IGNORE_INDEX, HookPoint, TokenModel, evaluating
+from transformer_lab.nn import HookPoint, TokenModel, evaluating
 
+ADVICE = "use method=eap (two forward passes and one backward pass) or fewer examples (num_examples=)"
 MAX_REPLICAS = 32  # copies of the batch per patched forward pass (memory permitting)
 Batch = tuple[tuple[Tensor, ...], Tensor]
 
@@ -201,7 +202,7 @@ def node_outputs(model: TokenModel, g: Graph, inputs: tuple[Tensor, ...]) -> tup
 class Setup:
     """Everything a scoring method needs: the graph, the clean batch, the patcher, the metric, and
     M(clean) and M(all patched) (the corrupted model's metric; computed when first asked for zero and mean
-    ablation)."""
+    ablation), each also per example (`clean_values`, `ablated_values`: each example's share, [B])."""
 
     def __init__(
         self,
@@ -211,33 +212,42 @@ class Setup:
         clean_outputs: dict[int, Tensor],
         patcher: Patcher,
         metric: Metric,
-        clean_metric: float,
-        ablated_metric: float | None,
+        clean_values: Tensor,
+        ablated_values: Tensor | None,
         ablation: str,
     ):
         self.model, self.graph, self.inputs = model, g, inputs
         self.clean_outputs, self.patcher, self.metric = clean_outputs, patcher, metric
-        self.clean_metric, self._ablated, self.ablation = clean_metric, ablated_metric, ablation
+        self.clean_values, self._ablated, self.ablation = clean_values, ablated_values, ablation
+        self.clean_metric = float(clean_values.sum())
+
+    @property
+    def ablated_values(self) -> Tensor:
+        """Each example's share of M(all patched) [B]."""
+        if self._ablated is None:
+            self._ablated = self.evaluate(torch.ones(1, self.graph.units), chunk=1, per_example=True)[0]
+        return self._ablated
 
     @property
     def ablated_metric(self) -> float:
-        if self._ablated is None:
-            self._ablated = float(self.evaluate(torch.ones(1, self.graph.units), chunk=1)[0])
+        ablated = float(self.ablated_values.sum())
         require(
-            abs(self.clean_metric - self._ablated) > 1e-6,
+            abs(self.clean_metric - ablated) > 1e-6,
             f"patching every {'edge' if self.graph.level == 'edge' else 'node'} leaves metric="
             f"{self.metric.name} where it was ({self.clean_metric:.4g}): the corruption changes nothing the "
             "metric sees; use other examples or another metric",
         )
-        return self._ablated
+        return ablated
 
-    def evaluate(self, mask: Tensor, chunk: int | None = None) -> Tensor:
-        """M for each row of `mask` [K, units] (K patched runs, chunked), [K]."""
+    def evaluate(self, mask: Tensor, chunk: int | None = None, per_example: bool = False) -> Tensor:
+        """M for each row of `mask` [K, units] (K patched runs, chunked), [K]; with `per_example`, each
+        example's share of it, [K, B]."""
         chunk = chunk or replicas_for(self.model, self.inputs, self.graph)
+        measure = self.metric.contributions if per_example else self.metric
         out = []
         with evaluating(self.model):
             for start in range(0, mask.size(0), chunk):
-                out.append(self.metric(self.patcher.run(mask[start : start + chunk])))
+                out.append(measure(self.patcher.run(mask[start : start + chunk])))
         return torch.cat(out)
 
 
@@ -262,7 +272,8 @@ def prepare(
     level: str | None = None,
 ) -> Setup:
     """The graph, the alternative outputs and the metric for a clean batch (inputs, labels) and, for
-    `ablation="corrupted"` or `metric="logit_diff"`, its corruption (inputs, labels)."""
+    `ablation="corrupted"` or `metric="logit_diff"`, its corruption (inputs, labels). The default metric
+    is logit_diff where there is a corruption, logprob where there is none."""
     model = as_model(model)
     inputs = as_inputs(inputs, model)
     require_ablation(ablation)
@@ -275,10 +286,7 @@ def prepare(
             "the corrupted inputs must have the clean inputs' shapes (the task's corrupted_pairs)",
         )
     if metric is None:
-        differs = corrupted_labels is not None and bool(
-            ((corrupted_labels != labels) & (labels != IGNORE_INDEX)).any(dim=1).all()
-        )
-        metric = "logit_diff" if differs else "kl"
+        metric = "logit_diff" if corrupted is not None else "logprob"
     require_metric(metric)
     require(
         ablation != "corrupted" or corrupted is not None,
@@ -286,7 +294,7 @@ def prepare(
         "or ablation=mean with metric=kl, or define corrupted_pairs in the task (docs/own_task.md)",
     )
     g = graph(model, level)
-    ablated = None
+    ablated, corrupted_logits = None, None
     with evaluating(model):
         clean_logits, clean_outputs = node_outputs(model, g, inputs)
         if ablation == "corrupted":
@@ -295,33 +303,45 @@ def prepare(
             alternative = {i: torch.zeros_like(v) for i, v in clean_outputs.items()}
         else:
             alternative = {i: v.mean(dim=0, keepdim=True).expand_as(v) for i, v in clean_outputs.items()}
-    m = make_metric(metric, clean_logits, labels, corrupted_labels)
+        if corrupted_logits is None and corrupted is not None and metric == "logit_diff":
+            corrupted_logits = model(*corrupted_inputs)  # the corrupted answers where the labels stay
+    m = make_metric(metric, clean_logits, labels, corrupted_labels, corrupted_logits)
     if ablation == "corrupted":  # every edge patched with its corrupted value is the corrupted run
-        ablated = float(m(corrupted_logits)[0])
+        ablated = m.contributions(corrupted_logits)[0]
     patcher = Patcher(model, g, inputs, alternative)
-    setup = Setup(model, g, inputs, clean_outputs, patcher, m, float(m(clean_logits)[0]), ablated, ablation)
+    setup = Setup(
+        model, g, inputs, clean_outputs, patcher, m, m.contributions(clean_logits)[0], ablated, ablation
+    )
     if ablated is not None:
         setup.ablated_metric  # noqa: B018  (the check that the corruption changes the metric)
     return setup
 
 
-def require_time(setup: Setup, what: str, bound: str, max_seconds: float | None) -> None:
-    """Time one patched pass and refuse, before it starts, a method that makes one per unit when that
-    would take more than `max_seconds` (`bound`: "about" for exact patching, "up to" for acdc, which
-    stops testing the inputs of nodes it has pruned)."""
+def require_time(
+    setup: Setup,
+    what: str,
+    bound: str,
+    max_seconds: float | None,
+    units: int | None = None,
+    advice: str = ADVICE,
+) -> None:
+    """Time one patched pass and refuse, before it starts, work of one patched pass per unit (`units`:
+    how many; default every one) when that would take more than `max_seconds` (`bound`: "about" for exact
+    patching, "up to" for acdc, which stops testing the inputs of nodes it has pruned); `advice`: what to
+    do instead."""
     if max_seconds is None:
         return
     g = setup.graph
+    units = g.units if units is None else units
     started = time.perf_counter()
     setup.evaluate(torch.zeros(1, g.units), chunk=1)
     per_pass = time.perf_counter() - started
-    estimate = per_pass * g.units
+    estimate = per_pass * units
     require(
         estimate <= max_seconds,
-        f"{what} would take {bound} {_duration(estimate)} here ({g.units} "
+        f"{what} would take {bound} {_duration(estimate)} here ({units} "
         f"{'edges' if g.level == 'edge' else 'nodes'} x {per_pass:.2f} s per patched pass over "
-        f"{setup.inputs[0].size(0)} examples; the limit is {_duration(max_seconds)}); use method=eap "
-        "(two forward passes and one backward pass) or fewer examples (num_examples=)",
+        f"{setup.inputs[0].size(0)} examples; the limit is {_duration(max_seconds)}); {advice}",
     )
 
 
