@@ -81,7 +81,7 @@ def test_a_post_norm_model_says_it_is_scored_by_nodes(script, tmp_path, capsys):
         (["method=eap_ig", "steps=1000000000"], "steps=1000000000 must be an integer from 1 to 1000"),
         (["verify=-1"], "verify=-1 must be an integer >= 0: the top edges checked by exact patching"),
         (["verify=2.5"], "verify=2.5 is not an integer"),
-        (["ci=2"], "ci=2.0 must be a level between 0 and 1"),
+        (["ci=2"], "ci=2 must be a level between 0 and 1"),
         (["method=eap", "metric=kl"], "method=eap with metric=kl scores every edge 0"),
         (["ablation=zero", "method=eap", "metric=kl"], "method=eap with metric=kl scores every edge 0"),
         (["heads=0.1"], "heads= is for analysis=heads, not analysis=circuit"),

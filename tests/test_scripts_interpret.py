@@ -139,6 +139,8 @@ def test_the_command_line(checkpoints, tmp_path):
             "num_examples=999 is more than the 64 test examples",
         ),
         ("encoder", ["analysis=circuits"], "analysis=circuits is unknown"),
+        ("encoder", ["analysis=heads", "ci=high"], "ci=high must be a level between 0 and 1 such as 0.95"),
+        ("encoder", ["analysis=lens", "ci=1"], "ci=1 must be a level between 0 and 1 such as 0.95"),
         ("encoder", ["analysis=heads", "method=half"], "method=half is unknown; use zero or mean"),
         ("encoder", ["analysis=lens", "method=mean"], "method= is for analysis=heads"),
         ("encoder", ["analysis=patching", "position=6"], "position=6 is not a source position; use 0 to 5"),

@@ -118,7 +118,7 @@ def ci_level(args: dict[str, str]) -> float:
     """`ci=`: the level of the printed intervals (default 0.95; 0: none)."""
     from transformer_lab.analysis.intervals import check_level
 
-    return check_level(to_number(args, "ci", float, 0.95) or 0.0)
+    return check_level(args.get("ci"))
 
 
 def parse_heads(text: str) -> list[tuple[int, int]]:

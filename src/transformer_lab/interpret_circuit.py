@@ -229,8 +229,8 @@ def _circuit_line(result: Circuit, label: Callable[[str], str], names: list[str]
 def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], out_dir: Path) -> Circuit:
     """Score, check, evaluate, print and write (see the module docstring)."""
     from transformer_lab.analysis import circuits
+    from transformer_lab.analysis.intervals import check_level
     from transformer_lab.figures.circuits import circuit_graph
-    from transformer_lab.interpret import ci_level
     from transformer_lab.pretrained import answer_keys
 
     check_args(args)
@@ -249,7 +249,7 @@ def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], ou
             threshold=to_number(args, "threshold", float, 0.01),
             truth=key.circuit if key is not None and ablation == "corrupted" else None,  # its corruption's
             verify=to_number(args, "verify", int, options.VERIFY),
-            ci=ci_level(args),
+            ci=check_level(args.get("ci")),
         )
     print(summary(result, args["ckpt_path"], checkpoint.output_names))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -24,13 +24,22 @@ RESAMPLES = 1000
 CHUNK = 100  # resamples at a time: [CHUNK, N, ...] values in memory
 
 
-def check_level(level: float) -> float:
-    """`ci=` as a level in (0, 1), or 0: no interval."""
+DEFAULT_LEVEL = 0.95  # the tools' `ci=` when none is given
+
+
+def check_level(level: float | str | None) -> float:
+    """`ci=` (a number, or a tool's text; None: DEFAULT_LEVEL) as a level in (0, 1), or 0: no interval."""
+    if level is None:
+        return DEFAULT_LEVEL
+    try:
+        number = float(level)
+    except (TypeError, ValueError):
+        number = float("nan")
     require(
-        isinstance(level, int | float) and (level == 0 or 0 < level < 1),
-        f"ci={level!r} must be a level between 0 and 1 such as 0.95 (or 0: no intervals)",
+        not isinstance(level, bool) and (number == 0 or 0 < number < 1),
+        f"ci={level} must be a level between 0 and 1 such as 0.95 (or 0: no intervals)",
     )
-    return float(level)
+    return number
 
 
 def bootstrap(
