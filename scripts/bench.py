@@ -73,9 +73,17 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    edge of pretrained:shakespeare (q/k/v split, 128 windows; target < 5 s) and eap_ig with 5 steps (target
    < 5x eap), each from the examples to the scores (both forward passes and the backward pass), medians of
    3; the exact patching reference on both: its time, the copies of the batch per pass, the peak memory it
-   adds, and the rank correlation of eap and eap_ig with it (shakespeare's metric is kl, whose gradient at
-   the clean input is 0: eap's time is measured there, not its scores). (--quick: 16 examples, 2 windows,
-   once each.)
+   adds, and the rank correlation of eap and eap_ig with it (both metrics are logit_diff: Shakespeare's
+   corrupted answer is the corrupted run's most likely other token). What the evidence costs, on both: the
+   whole analysis (`discover`, the default method) with verify=0 ci=0 and with the defaults verify=20
+   ci=0.95 (medians of 3 alternating rounds, and their ratio), and inside the latter the exact patching of
+   the top 20 (verify=) and the bootstrap of the intervals and the stability (ci=). (--quick: 16 examples,
+   2 windows, once each.)
+11. Text (`--phases text`): `python train.py experiment=text_small` on a generated corpus of 20 MB and of
+   400 MB (a BPE trained on it, the corpus tokenized into a token file, 100 training steps): each run's peak
+   RSS (target: within 100 MB of each other: the token file is read through a memory map), the
+   tokenization's MB/s and tokens/s, and a batch's fetch as a share of a training step (target < 2%).
+   (--quick: 2 and 6 MB, 10 steps.)
 """
 
 import argparse
@@ -83,7 +91,9 @@ import copy
 import json
 import math
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -175,6 +185,7 @@ PHASES = (
     "threads",
     "circuits",
     "startup",
+    "text",
 )
 
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
@@ -1001,6 +1012,8 @@ CIRCUIT_TARGETS = {
     "circuit_acdc_reverse_2l4h_s": ("<", 120.0),
     "circuit_eap_shakespeare_s": ("<", 5.0),
     "circuit_eap_ig_over_eap": ("<", 5.0),
+    "circuit_ci_reverse_2l4h_s": ("<", 2.0),
+    "circuit_ci_shakespeare_s": ("<", 2.0),
 }
 TARGETS.update(CIRCUIT_TARGETS)
 CIRCUIT_ROWS = [
@@ -1032,13 +1045,35 @@ CIRCUIT_ROWS = [
         ],
     ),
     (
-        "circuits: rank correlation with patching, eap / eap_ig (reverse_2l4h); eap_ig (shakespeare, kl)",
-        "{:.3f} / {:.3f}; {:.3f}",
+        "circuits: rank correlation with patching, eap / eap_ig (reverse_2l4h); eap / eap_ig (shakespeare)",
+        "{:.3f} / {:.3f}; {:.3f} / {:.3f}",
         [
             "circuit_eap_rank_reverse_2l4h",
             "circuit_eap_ig_rank_reverse_2l4h",
+            "circuit_eap_rank_shakespeare",
             "circuit_eap_ig_rank_shakespeare",
         ],
+    ),
+    *(
+        row
+        for name, what in (("reverse_2l4h", "nodes"), ("shakespeare", "edges"))
+        for row in (
+            (
+                f"circuits: the whole analysis, {name} {what}: verify=0 ci=0 / verify=20 ci=0.95 (ratio)",
+                "{:.3f} s / {:.3f} s ({:.2f}x)",
+                [
+                    f"circuit_plain_{name}_s",
+                    f"circuit_checked_{name}_s",
+                    f"circuit_checked_over_plain_{name}",
+                ],
+            ),
+            (
+                f"circuits: inside it, {name}: verify=20 (exact patching of the top 20) / ci=0.95 (bootstrap "
+                "and stability)",
+                "{:.3f} s / {:.3f} s",
+                [f"circuit_verify_{name}_s", f"circuit_ci_{name}_s"],
+            ),
+        )
     ),
 ]
 
@@ -1121,9 +1156,33 @@ def _bench_circuit(name: str, count: int, position: int, repeats: int) -> dict:
     started = time.perf_counter()
     exact, out[f"circuit_patching_{name}_mb"] = _peak_rss_during(lambda: circuits.score_patching(setup, None))
     out[f"circuit_patching_{name}_s"] = time.perf_counter() - started
-    if setup.metric.name == "logit_diff":  # (with kl eap's scores are all 0)
-        out[f"circuit_eap_rank_{name}"] = _rank_correlation(exact, circuits.score_eap(setup))
+    out[f"circuit_eap_rank_{name}"] = _rank_correlation(exact, circuits.score_eap(setup))
     out[f"circuit_eap_ig_rank_{name}"] = _rank_correlation(exact, circuits.score_eap_ig(setup, 5))
+    return out | _bench_evidence(name, checkpoint.model, clean, corrupted, repeats)
+
+
+def _bench_evidence(name: str, model: object, clean: tuple, corrupted: tuple, repeats: int) -> dict:
+    """What verify= and ci= cost: the whole analysis without and with them, in alternating rounds."""
+    from transformer_lab.analysis import circuits
+
+    def run(verify: int, ci: float) -> tuple[float, object]:
+        started = time.perf_counter()
+        result = circuits.discover(model, *clean, corrupted, verify=verify, ci=ci)
+        return time.perf_counter() - started, result
+
+    rounds = [(run(0, 0.0)[0], run(circuits.VERIFY, 0.95)) for _ in range(repeats)]
+    checked = [result for _, (_, result) in rounds]
+    out = {
+        f"circuit_plain_{name}_s": statistics.median(plain for plain, _ in rounds),
+        f"circuit_checked_{name}_s": statistics.median(seconds for _, (seconds, _) in rounds),
+        f"circuit_checked_over_plain_{name}": statistics.median(s / plain for plain, (s, _) in rounds),
+        f"circuit_verify_{name}_s": statistics.median(r.check.seconds for r in checked),
+        f"circuit_ci_{name}_s": statistics.median(r.intervals.seconds for r in checked),
+    }
+    progress(
+        f"circuits: {name}, evidence: {out[f'circuit_plain_{name}_s']:.2f} s plain, "
+        f"{out[f'circuit_checked_{name}_s']:.2f} s checked"
+    )
     return out
 
 
@@ -1294,6 +1353,144 @@ def bench_startup(mode: Mode) -> dict:
     }
 
 
+# ------------------------------------------------------------------------------------------------ text
+TEXT_CORPUS_MB = {"full": (20, 400), "quick": (2, 6)}  # the same run on a small and a large corpus
+TEXT_STEPS = {"full": 100, "quick": 10}
+TEXT_FETCHES = 200  # batches drawn to time a fetch
+TEXT_SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "la", "ve", "do", "zu", "shi", "an", "el"]
+TEXT_SYLLABLES += ["or", "um", "ba", "ké", "ñu", "ø", "ß", "ю", "я", "語", "文"]  # some of them non-ASCII
+
+
+def write_text_corpus(folder: Path, megabytes: int, seed: int = 0, file_mb: int = 8) -> Path:
+    """`megabytes` MB of made-up text in files of `file_mb` MB (nothing downloaded): sentences of 6,000
+    words built from syllables (some of them non-ASCII), drawn with Zipf-like frequencies."""
+    rng = np.random.default_rng(seed)
+    syllables = np.array(TEXT_SYLLABLES)
+    words = np.array(["".join(rng.choice(syllables, size=n)) for n in rng.integers(1, 4, size=5000)])
+    words = np.concatenate([words, [w + "." for w in words[:500]], [w + "," for w in words[:500]], ["\n"]])
+    frequency = 1.0 / np.arange(1, len(words) + 1) ** 1.1
+    rng.shuffle(frequency)
+    frequency /= frequency.sum()
+    folder.mkdir(parents=True, exist_ok=True)
+    written, index = 0, 0
+    while written < megabytes * 1_000_000:
+        size = min(file_mb * 1_000_000, megabytes * 1_000_000 - written)
+        with open(folder / f"part_{index:04d}.txt", "w", encoding="utf-8") as f:
+            done = 0
+            while done < size:
+                text = " ".join(words[rng.choice(len(words), size=100_000, p=frequency)]) + "\n"
+                f.write(text)
+                done += len(text.encode())
+        written, index = written + done, index + 1
+    return folder
+
+
+def _peak_rss_of(command: list[str], log: Path) -> tuple[int, float]:
+    """Run `command` (output to `log`) and return its exit status and its own peak RSS in MB (wait4's
+    rusage: this child's alone, not the most of every child so far as RUSAGE_CHILDREN would say)."""
+    with open(log, "w") as out:
+        child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: Popen must not wait again
+    return child.returncode, usage.ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def bench_text(mode: Mode, workdir: Path) -> dict:
+    """Phase 11 (`--phases text`): `python train.py experiment=text_small` (a byte-level BPE of 1024
+    tokens trained on the corpus, the corpus tokenized into a token file, then training steps) on a
+    generated corpus of 20 MB and of 400 MB: each run's peak RSS (the target: within 100 MB of each other,
+    as the token file is read through a memory map), the tokenization's throughput, and the share of a
+    training step spent fetching its batch (a batch's fetch timed on the same prepared corpus; the step:
+    FitTimer's on_train_batch_start -> on_train_batch_end)."""
+    name = "quick" if mode is QUICK else "full"
+    steps, results = TEXT_STEPS[name], {}
+    for megabytes in TEXT_CORPUS_MB[name]:
+        corpus = write_text_corpus(workdir / f"text_{megabytes}mb", megabytes)
+        cache, runs = workdir / f"text_cache_{megabytes}mb", workdir / f"text_runs_{megabytes}mb"
+        timing_path = runs / "fit_timing.json"
+        data = [f"data.path={corpus}", f"data.cache_dir={cache}"]
+        command = [
+            sys.executable,
+            "train.py",
+            "experiment=text_small",
+            *data,
+            f"trainer.max_steps={steps}",
+            "trainer.limit_val_batches=0",
+            "test=false",
+            "callbacks.snapshots.count=0",
+            "~callbacks.head_metrics",
+            f"paths.log_dir={runs}",
+            QUIET,
+            "+callbacks.fit_timer._target_=transformer_lab.training.callbacks.FitTimer",
+            f"+callbacks.fit_timer.path={timing_path}",
+        ]
+        progress(f"text: {megabytes} MB corpus, python {' '.join(command[1:3])} ... ({steps} steps)")
+        runs.mkdir(parents=True, exist_ok=True)
+        status, peak_mb = _peak_rss_of(command, runs / "run.log")
+        if status != 0:
+            sys.exit(f"error: the text run failed (exit {status}): {(runs / 'run.log').read_text()[-2000:]}")
+        (meta_path,) = cache.glob("tokens-*/meta.json")
+        meta = json.loads(meta_path.read_text())
+        trained = re.search(
+            r"Tokenizer: bpe, \d+ tokens \(built in ([\d.]+) s", (runs / "run.log").read_text()
+        )
+        timing = json.loads(timing_path.read_text())
+        task = instantiate(run_config(workdir / "text_probe", ["experiment=text_small", *data]).data)
+        loader = iter(task.train_dataloader())  # the prepared corpus, found in the cache
+        next(loader)
+        started = time.perf_counter()
+        for _ in range(TEXT_FETCHES):
+            next(loader)
+        fetch = (time.perf_counter() - started) / TEXT_FETCHES
+        step = timing["train_step_seconds"] / timing["train_steps"]
+        key = "small" if megabytes == TEXT_CORPUS_MB[name][0] else "large"
+        results |= {
+            f"text_{key}_mb": megabytes,
+            f"text_{key}_peak_rss_mb": peak_mb,
+            f"text_{key}_tokens": meta["num_tokens"],
+            f"text_{key}_tokenize_mb_per_s": sum(f.stat().st_size for f in corpus.iterdir())
+            / 1e6
+            / meta["seconds"],
+            f"text_{key}_tokenize_tokens_per_s": meta["num_tokens"] / meta["seconds"],
+            f"text_{key}_bpe_seconds": float(trained.group(1)) if trained else float("nan"),
+            f"text_{key}_fetch_ms": fetch * 1e3,
+            f"text_{key}_step_ms": step * 1e3,
+            f"text_{key}_fetch_share": fetch / (fetch + step),
+        }
+        shutil.rmtree(corpus)  # 400 MB of text, and as much again of tokens: gone before the next size
+        shutil.rmtree(cache)
+    results["text_rss_gap_mb"] = abs(results["text_large_peak_rss_mb"] - results["text_small_peak_rss_mb"])
+    results["text_fetch_share"] = max(results["text_small_fetch_share"], results["text_large_fetch_share"])
+    return results
+
+
+TEXT_TARGETS = {"text_rss_gap_mb": ("<", 100.0), "text_fetch_share": ("<", 0.02)}
+TARGETS.update(TEXT_TARGETS)
+TEXT_ROWS = [
+    (
+        "text: peak RSS of the run, 20 MB / 400 MB corpus (--quick: 2 / 6 MB): the gap",
+        "{:.0f} MB ({:.0f} / {:.0f} MB)",
+        ["text_rss_gap_mb", "text_small_peak_rss_mb", "text_large_peak_rss_mb"],
+    ),
+    (
+        "text: a batch's fetch, share of a training step (fetch / step, large corpus)",
+        "{:.2%} ({:.2f} / {:.1f} ms)",
+        ["text_fetch_share", "text_large_fetch_ms", "text_large_step_ms"],
+    ),
+    (
+        "text: tokenizing the large corpus (byte-level BPE of 1024), MB/s and tokens/s",
+        "{:.1f} MB/s, {:,.0f} tokens/s",
+        ["text_large_tokenize_mb_per_s", "text_large_tokenize_tokens_per_s"],
+    ),
+    (
+        "text: training the BPE, small / large corpus",
+        "{:.1f} / {:.1f} s",
+        ["text_small_bpe_seconds", "text_large_bpe_seconds"],
+    ),
+]
+ROWS += TEXT_ROWS
+
+
 def table(results: dict, check_targets: bool) -> str:
     """The measured figures as a Markdown table, with the middle half of the rounds where a figure is a
     median over rounds, and the issue's targets and whether the median meets them."""
@@ -1368,6 +1565,8 @@ def main(argv: list[str] | None = None) -> dict:
             results.update(bench_circuits(mode))
         if "startup" in phases:
             results.update(bench_startup(mode))
+        if "text" in phases:
+            results.update(bench_text(mode, workdir))
     results.update(
         mode=mode_name,
         overrides=" ".join(args.overrides),

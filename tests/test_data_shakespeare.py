@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transformer_lab.data import ShakespeareDataModule, Tokenizer, shakespeare
-from transformer_lab.data.shakespeare import SHAKESPEARE_SHA256, read_text, shipped_text
+from transformer_lab.data.shakespeare import SHAKESPEARE_SHA256, shipped_text
 from transformer_lab.errors import ConfigError
 
 REAL_PATH = shipped_text()
@@ -24,7 +24,7 @@ def _sha(data: bytes) -> str:
 def _small_dm(tmp_path: Path, text: str, **kwargs) -> ShakespeareDataModule:
     path = tmp_path / "corpus.txt"
     path.write_text(text, encoding="utf-8")
-    return ShakespeareDataModule(path=str(path), sha256=None, **kwargs)
+    return ShakespeareDataModule(path=str(path), sha256=None, cache_dir=str(tmp_path / "cache"), **kwargs)
 
 
 # Tokenizer
@@ -154,14 +154,15 @@ def test_the_text_ships_inside_the_package_and_is_read_from_there():
 
 def test_checksum_good_and_bad(tmp_path):
     path = tmp_path / "text.txt"
-    path.write_bytes(b"some text\n")
-    assert read_text(path, sha256=_sha(b"some text\n")) == "some text\n"
-    assert read_text(path, sha256=None) == "some text\n"
+    path.write_bytes(b"some text\n" * 20)
+    options = dict(path=str(path), block_size=8, cache_dir=str(tmp_path / "cache"))
+    assert ShakespeareDataModule(sha256=_sha(b"some text\n" * 20), **options).data.numel() == 200
+    assert ShakespeareDataModule(sha256=None, **options).vocab == sorted(set("some text\n"))
     wrong = "0" * 64
     with pytest.raises(ConfigError, match=f"expected {wrong}") as info:
-        read_text(path, sha256=wrong)
-    assert _sha(b"some text\n") in str(info.value) and str(path) in str(info.value)
-    assert path.read_bytes() == b"some text\n"  # a bad checksum never deletes the user's file
+        _ = ShakespeareDataModule(sha256=wrong, **options).vocab
+    assert _sha(b"some text\n" * 20) in str(info.value) and str(path) in str(info.value)
+    assert path.read_bytes() == b"some text\n" * 20  # a bad checksum never deletes the user's file
 
 
 def test_a_missing_file_is_an_error_and_nothing_is_downloaded_or_created(tmp_path):
@@ -187,10 +188,7 @@ def test_special_files_are_refused_before_anything_is_read(tmp_path, special):
 
 
 def test_empty_file(tmp_path):
-    (tmp_path / "corpus.txt").write_bytes(b"")
     with pytest.raises(ConfigError, match=r"corpus\.txt is empty"):
-        read_text(tmp_path / "corpus.txt")
-    with pytest.raises(ConfigError, match="is empty"):
         _ = _small_dm(tmp_path, "").vocab
 
 
@@ -198,7 +196,7 @@ def test_non_utf8_file(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("café au lait".encode("latin-1"))
     with pytest.raises(ConfigError, match=r"latin1\.txt is not UTF-8"):
-        read_text(path)
+        _ = ShakespeareDataModule(path=str(path), sha256=None, cache_dir=str(tmp_path / "cache")).vocab
 
 
 # Arguments

@@ -13,30 +13,27 @@ checks a checkpoint file someone else made (people share them).
     ckpt.encode(text), ckpt.decode(ids)
     ckpt.corrupted_pairs(64, position=0)   clean and corrupted batches, where the task defines them
 
-A location is a checkpoint file, a run directory (its checkpoints/best.ckpt, else last.ckpt) or
-`pretrained:<name>` (a file shipped in the package, checked against the sha256 of its record).
+A location is a checkpoint file, a run directory (its checkpoints/best.ckpt, else last.ckpt),
+`pretrained:<name>` (a file shipped in the package, checked against the sha256 of its record) or
+`hf:<folder>` (a GPT-2 saved with Hugging Face's save_pretrained: `transformer_lab.interop.hf_import`).
 
 What is checked, and when. On `load`, before anything is allocated: the file is a regular file whose zip
-directory says it unpacks to little (its pickle at most `MAX_PICKLE`; a 1.7 MB file may claim 1.6 GB) and is
-read as tensors and plain values only (`torch.load(weights_only=True)`: unpickling can run no code); every
-field has the structure it must have; the model's config holds only known keys with values in bounds
-(`ModelConfig`'s LIMITS); the model is built on the meta device (no memory) and every weight's shape in
-the file is compared with the shape the config makes (the first mismatch names the key and both shapes);
-the memory the model needs is compared with what the machine has free; every weight is finite (a
-diverged run's NaN is named, not printed as an empty answer). When the task is first used: its
-class is imported only if it lives in `transformer_lab.data`, or if its module is found on the Python path
-outside the current directory and the checkpoint's folder and its source defines the class as a task
-(`transformer_lab.data.find`); a data file the record names is read only if the user names it
-(`data_path=`), if it is a copy shipped in the package, or if it is a regular file whose sha256 matches
-the record (never created, downloaded or followed otherwise); only the split a tool asks for is built.
-"""
+directory says it unpacks to little (its pickle at most `files.MAX_PICKLE`; a 1.7 MB file may claim 1.6 GB)
+and is read as tensors and plain values only (`torch.load(weights_only=True)`: unpickling can run no code);
+every field has the structure it must have; the model's config holds only known keys with values in bounds
+(`ModelConfig`'s LIMITS); the model is built on the meta device (no memory) and every weight's shape in the
+file is compared with the shape the config makes (the first mismatch names the key and both shapes); the
+memory the model needs is compared with what the machine has free; every weight is finite (a diverged run's
+NaN is named, not printed as an empty answer). When the task is first used: its class is imported only if it
+lives in `transformer_lab.data`, or if its module is found on the Python path outside the current directory
+and the checkpoint's folder and its source defines the class as a task (`transformer_lab.data.find`); a data
+file the record names is read only if the user names it (`data_path=`), if it is a copy shipped in the
+package, or if it is a regular file whose sha256 matches the record (never created, downloaded or followed
+otherwise); only the split a tool asks for is built."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-import zipfile
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,13 +43,14 @@ from torch import Tensor
 
 from transformer_lab import pretrained
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.limits import require_memory, size_text
+from transformer_lab.files import require_small_unpacked, unpickling_refusal
+from transformer_lab.limits import require_memory
 from transformer_lab.nn import ModelConfig, TokenModel, build_model
 from transformer_lab.nn.config import UnknownSetting
 
 if TYPE_CHECKING:
     from transformer_lab.data.task import TaskDataModule
-    from transformer_lab.data.tokenizer import Tokenizer
+    from transformer_lab.data.tokenizer import BPETokenizer, Tokenizer
 
 RETRAIN = "retrain it with this version: python train.py task=<its task> <its settings>"
 PLAIN = (str, int, float, bool, type(None))
@@ -64,7 +62,12 @@ def load(
 ) -> Checkpoint:
     """The checkpoint at `location` (a file, a run directory or `pretrained:<name>`), checked (see the
     module docstring); `device` is where its model goes; `data_path` names the data file its task reads, if
-    it reads one (Tiny Shakespeare needs none: a copy ships in the package)."""
+    it reads one (Tiny Shakespeare needs none: a copy ships in the package). `hf:<folder>`: a GPT-2 saved
+    with save_pretrained, read by the same rules (`transformer_lab.interop.hf_import`)."""
+    if isinstance(location, str) and location.startswith("hf:"):
+        from transformer_lab.interop import hf_import
+
+        return Checkpoint(hf_import.read(location), location, None, device, data_path)
     file = resolve(location)
     return Checkpoint(read(file, location), location, file, device, data_path)
 
@@ -101,20 +104,6 @@ def resolve(location: str | Path) -> Path:
     return path
 
 
-def _refusal(path: Path, exc: Exception) -> ConfigError:
-    """torch.load's refusal of a pickle that names code, as one clean line (torch's own message spans
-    several lines with terminal colour codes)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text) or re.search(
-        r"Unsupported operand \d+|Unsupported class [\w.]+", text
-    )
-    what = f"a reference to {found.group(1)}" if found and found.groups() else "objects other than tensors"
-    return ConfigError(
-        f"refusing to load {path}: it holds {what}, which unpickling would run (a checkpoint holds only "
-        "tensors and plain values, and unpickling anything else could run code)"
-    )
-
-
 def read(file: Path, location: str | Path | None = None) -> dict:
     """The file's contents as tensors and plain values only, with the structure a checkpoint has."""
     require(file.is_file(), f"checkpoint {file} is not a regular file (a device or a pipe); pass a file")
@@ -134,7 +123,7 @@ def read(file: Path, location: str | Path | None = None) -> dict:
         contents = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch.load raises many types for a bad file; all mean "not loadable"
         if "Weights only load failed" in str(exc):
-            raise _refusal(file, exc) from None
+            raise unpickling_refusal(file, exc) from None
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ConfigError(
             f"{file} is not a readable checkpoint (truncated, or not a torch file): "
@@ -142,31 +131,6 @@ def read(file: Path, location: str | Path | None = None) -> dict:
         ) from None
     check_structure(contents, location or file)
     return contents
-
-
-MAX_PICKLE = 64 * 2**20  # a checkpoint's pickle holds its structure only (kilobytes): tensors are apart
-
-
-def require_small_unpacked(file: Path) -> None:
-    """Before torch reads the archive: its pickle at most `MAX_PICKLE`, and everything it would inflate
-    into memory (the pickle, and any compressed member; stored tensors are memory-mapped) within what the
-    machine has free, by the sizes the zip's directory states (a 1.7 MB file can inflate to 1.6 GB)."""
-    try:
-        with zipfile.ZipFile(file) as archive:
-            members = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise ConfigError(
-            f"{file} is not a readable checkpoint (truncated, or not a torch file): {exc}"
-        ) from None
-    pickles = [m for m in members if m.filename.endswith("data.pkl")]
-    require(
-        all(m.file_size <= MAX_PICKLE for m in pickles),
-        f"{file} is not a checkpoint this reads: its pickle unpacks to "
-        f"{size_text(max(m.file_size for m in pickles))}, more than {size_text(MAX_PICKLE)} (a checkpoint's "
-        "is kilobytes); it was not written by torch.save of a model",
-    )
-    inflated = sum(m.file_size for m in members if m in pickles or m.compress_type != zipfile.ZIP_STORED)
-    require_memory(inflated, f"unpacking {file}", "it is not a checkpoint this machine can read")
 
 
 def check_structure(contents: object, where: str | Path) -> None:
@@ -199,6 +163,11 @@ def check_structure(contents: object, where: str | Path) -> None:
             isinstance(record.get("class"), str) and isinstance(record.get("separator"), str),
             f"{where}: its task record must name a class and a separator, e.g. "
             '{"class": "transformer_lab.data.ReverseDataModule", "separator": " "}',
+        )
+        text = record.get("tokenizer")
+        require(
+            text is None or isinstance(text, str),
+            f"{where}: its task record's tokenizer must be tokenizer.json text, not {type(text).__name__}",
         )
         rule = record.get("label_rule")
         require(
@@ -336,11 +305,12 @@ class Checkpoint:
         return getattr(self.task, "label_rule", None) if record else None
 
     @cached_property
-    def tokenizer(self) -> Tokenizer:
-        """Text <-> ids as the checkpoint's task writes them (no data file needed)."""
-        from transformer_lab.data.tokenizer import Tokenizer
+    def tokenizer(self) -> Tokenizer | BPETokenizer:
+        """Text <-> ids as the checkpoint's task writes them (no data file needed): the tokenizer.json text
+        its record holds (a text task's BPE: parsed as data, checked), else its vocabulary and separator."""
+        from transformer_lab.data.tokenizer import tokenizer_from_record
 
-        return Tokenizer(self.config.tokens, self.record["separator"])
+        return tokenizer_from_record(self.record, self.config.tokens, str(self.location))
 
     @cached_property
     def task(self) -> TaskDataModule:
@@ -362,6 +332,7 @@ class Checkpoint:
             raise ConfigError(
                 f"{self.location}: its task {name} cannot be rebuilt here ({message}); {RETRAIN}"
             ) from None
+        task.use_tokenizer(self.tokenizer)  # the model's tokens: a text task's BPE is not trained again
         return task
 
     def _task_hyper_parameters(self, cls: type) -> dict:
@@ -373,7 +344,7 @@ class Checkpoint:
             checksum = hparams.get(checksum_key) if checksum_key else None
             if self.data_path is not None:
                 require(
-                    Path(self.data_path).is_file(),
+                    cls.names_data(str(self.data_path)),
                     f"data_path={self.data_path} is not a file; point it at the task's data file",
                 )
                 hparams[key] = str(self.data_path)
@@ -382,9 +353,8 @@ class Checkpoint:
             elif checksum in getattr(cls, "shipped_files", {}):
                 hparams[key] = cls.shipped_files[checksum]
             elif named is not None:
-                path = Path(str(named))
                 require(
-                    checksum is not None and path.is_file() and _sha256(path) == checksum,
+                    cls.vouches_for(str(named), checksum),
                     f"{self.location}'s task reads its data from {named}, which is not a file the checkpoint "
                     "can vouch for (a shipped copy, or a file with the sha256 it records); pass "
                     "data_path=<the data file> to use it",
@@ -408,7 +378,7 @@ class Checkpoint:
         """The name of each output class: the task's `class_names` if it defines them, else the tokens
         where classes are tokens, else `0`, `1`, ..."""
         if self.config.num_classes is None:
-            return list(self.config.tokens)
+            return self.tokenizer.names()  # the tokens (a BPE's with their spaces visible: `␣the`)
         names = getattr(self.task, "class_names", None)
         if names is not None and len(names) == self.config.num_classes:
             return [str(name) for name in names]
@@ -469,8 +439,3 @@ class Checkpoint:
         return self._on_device(tuple(clean[:-1]), clean[-1]), self._on_device(
             tuple(corrupted[:-1]), corrupted[-1]
         )
-
-
-def _sha256(path: Path) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()

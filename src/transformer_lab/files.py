@@ -12,8 +12,10 @@ aliases expand to 10^9 nodes).
 
 import json
 import os
+import re
 import stat
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -21,7 +23,7 @@ from typing import BinaryIO
 import yaml
 
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.limits import size_text
+from transformer_lab.limits import require_memory, size_text
 
 MAX_RUN_FILE = 16 * 2**20  # a run's config, overrides or metrics are kilobytes
 
@@ -159,3 +161,43 @@ def read_json(path: str | Path, max_bytes: int = MAX_RUN_FILE) -> object:
         raise ConfigError(
             f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}); fix or remove it"
         ) from None
+
+
+# ---------------------------------------------------------------------- files torch.save wrote
+MAX_PICKLE = 64 * 2**20  # a checkpoint's pickle holds its structure only (kilobytes): tensors are apart
+
+
+def require_small_unpacked(file: Path) -> None:
+    """Before torch reads the archive: its pickle at most `MAX_PICKLE`, and everything it would inflate
+    into memory (the pickle, and any compressed member; stored tensors are memory-mapped) within what the
+    machine has free, by the sizes the zip's directory states (a 1.7 MB file can inflate to 1.6 GB)."""
+    try:
+        with zipfile.ZipFile(file) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise ConfigError(
+            f"{file} is not a readable checkpoint (truncated, or not a torch file): {exc}"
+        ) from None
+    pickles = [m for m in members if m.filename.endswith("data.pkl")]
+    require(
+        all(m.file_size <= MAX_PICKLE for m in pickles),
+        f"{file} is not a checkpoint this reads: its pickle unpacks to "
+        f"{size_text(max(m.file_size for m in pickles))}, more than {size_text(MAX_PICKLE)} (a checkpoint's "
+        "is kilobytes); it was not written by torch.save of a model",
+    )
+    inflated = sum(m.file_size for m in members if m in pickles or m.compress_type != zipfile.ZIP_STORED)
+    require_memory(inflated, f"unpacking {file}", "it is not a checkpoint this machine can read")
+
+
+def unpickling_refusal(path: Path, exc: Exception) -> ConfigError:
+    """torch.load's refusal of a pickle that names code, as one clean line (torch's own message spans
+    several lines with terminal colour codes)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text) or re.search(
+        r"Unsupported operand \d+|Unsupported class [\w.]+", text
+    )
+    what = f"a reference to {found.group(1)}" if found and found.groups() else "objects other than tensors"
+    return ConfigError(
+        f"refusing to load {path}: it holds {what}, which unpickling would run (a checkpoint holds only "
+        "tensors and plain values, and unpickling anything else could run code)"
+    )

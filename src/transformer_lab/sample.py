@@ -4,11 +4,13 @@
     python -m transformer_lab.sample ckpt_path=pretrained:sort source="3 1 3 9" beam_size=4
     python -m transformer_lab.sample ckpt_path=saved_models/shakespeare/<run>/checkpoints/best.ckpt seed=7
 
-(`python scripts/sample.py ...` in a checkout is the same.) The vocabulary is stored in the checkpoint, so
-no data file is needed. Same seed, same text; one sample is printed as it is written. `prompt=` goes to a
-model that continues text; `source=` to any checkpoint of a sequence-to-sequence task (reverse, sort): an
-encoder-decoder generates its output (greedy, or beam search with `beam_size=`), a decoder-only model
-continues `source <sep>`, an encoder labels each source position.
+(`python scripts/sample.py ...` in a checkout is the same.) The tokenizer is stored in the checkpoint (its
+vocabulary, or a text task's BPE as tokenizer.json text), so no data file is needed. The prompt is text,
+encoded as the model's tokenizer does; the output is text. Same seed, same text; one sample is printed as
+it is written (a character whose bytes span several BPE tokens once its last byte is written). `prompt=`
+goes to a model that continues text; `source=` to any checkpoint of a sequence-to-sequence task (reverse,
+sort): an encoder-decoder generates its output (greedy, or beam search with `beam_size=`), a decoder-only
+model continues `source <sep>`, an encoder labels each source position.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ if TYPE_CHECKING:  # torch and the model load after the arguments are parsed (fa
 MAX_NEW_TOKENS = 100_000  # one sample of a small model: minutes of CPU; more is surely a typo
 MAX_SAMPLES = 1_000
 MAX_BEAMS = 64
+MAX_PENDING = 8  # tokens held back while they end in part of a character (UTF-8: at most 4 bytes)
 KEYS = {
     "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory, or pretrained:<name>",
-    "prompt": 'text to continue (default "\\n"); every character must be in the vocabulary',
+    "prompt": 'text to continue (default "\\n"); characters the tokenizer cannot encode are named',
     "source": 'a sequence-to-sequence task\'s input, e.g. source="3 1 3 9" (sort, reverse)',
     "beam_size": f"encoder-decoder: beams of the beam search (default 1 = greedy; at most {MAX_BEAMS})",
     "max_new_tokens": f"tokens to generate (default 500; at most {MAX_NEW_TOKENS})",
@@ -85,10 +88,16 @@ def continue_text(checkpoint: Checkpoint, args: dict[str, str]) -> None:
     ids = checkpoint.tokenizer.encode(prompt).to(device).unsqueeze(0).repeat(num_samples, 1)
     streaming = num_samples == 1
 
+    pending: list[int] = []  # tokens not printed yet: the first bytes of a character still being written
+
     def show(token: torch.Tensor) -> None:  # one sample: each token as it is written ("3 1": apart)
-        text = checkpoint.decode(token[0].tolist())
+        pending.append(int(token[0]))
+        text = checkpoint.decode(pending)
+        if text.endswith("\ufffd") and len(pending) < MAX_PENDING:
+            return  # a character's bytes so far (a byte-level BPE): print it when it is whole
         sys.stdout.write(checkpoint.tokenizer.separator + text if text else "")
         sys.stdout.flush()
+        pending.clear()
 
     if streaming:
         sys.stdout.write(prompt)
@@ -104,6 +113,8 @@ def continue_text(checkpoint: Checkpoint, args: dict[str, str]) -> None:
             on_token=show if streaming else None,
         )
     if streaming:
+        if pending:  # bytes that never made a character
+            sys.stdout.write(checkpoint.decode(pending))
         print()
         return
     for i, row in enumerate(out):

@@ -1,4 +1,5 @@
-"""One module per task (dataset + datamodule), the task base class and the tokenizer."""
+"""One module per task (dataset + datamodule), the task base class and the tokenizers; for text, also the
+corpus reader (corpus.py), the token files and their cache (tokens.py) and the window sampler (windows.py)."""
 
 from transformer_lab.data.induction import InductionDataModule
 from transformer_lab.data.modular_addition import ModularAdditionDataModule
@@ -7,10 +8,12 @@ from transformer_lab.data.seq2seq import Seq2SeqDataModule
 from transformer_lab.data.shakespeare import ShakespeareDataModule
 from transformer_lab.data.sort import SortDataModule
 from transformer_lab.data.task import IGNORE_INDEX, TaskDataModule
-from transformer_lab.data.tokenizer import Tokenizer
+from transformer_lab.data.text import TextDataModule
+from transformer_lab.data.tokenizer import BPETokenizer, Tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
+    "BPETokenizer",
     "InductionDataModule",
     "ModularAdditionDataModule",
     "ReverseDataModule",
@@ -18,5 +21,6 @@ __all__ = [
     "ShakespeareDataModule",
     "SortDataModule",
     "TaskDataModule",
+    "TextDataModule",
     "Tokenizer",
 ]

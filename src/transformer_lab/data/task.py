@@ -8,7 +8,9 @@ Lightning. Training wraps it in Lightning's datamodule (`transformer_lab.trainin
 its batches to the Trainer and the Trainer to it (`task.trainer`, e.g. for a DDP rank).
 """
 
+import hashlib
 import inspect
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -204,6 +206,30 @@ class TaskDataModule:
     def length_note(self, length: int) -> str | None:
         """A warning when an input of `length` tokens is of a length the task never trains on."""
         return None
+
+    def use_tokenizer(self, tokenizer: Tokenizer) -> None:
+        """Take a checkpoint's tokenizer (`transformer_lab.checkpoint` hands it over when it rebuilds the
+        task) instead of making one. A task whose vocabulary is fixed has nothing to do; the text task
+        then reads its corpus with the tokens the model knows (a BPE is not trained again)."""
+
+    def display_tokens(self, ids: Tensor | list[int]) -> list[str]:
+        """Each token as the tools show it (figures, tables): its text, spaces and newlines made visible.
+        The one place that decides how a token looks (`Tokenizer.display`)."""
+        return self.tokenizer.display(ids)
+
+    @classmethod
+    def vouches_for(cls, path: str, checksum: str | None) -> bool:
+        """Whether the data file at `path` is the one a checkpoint recorded (its sha256 is `checksum`):
+        then a tool may read it. The text task checks a corpus's content hash instead."""
+        if checksum is None or not Path(path).is_file():
+            return False
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest() == checksum.lower()
+
+    @classmethod
+    def names_data(cls, path: str) -> bool:
+        """Whether `data_path=` names data this task reads: a file (text: also a folder or a glob)."""
+        return Path(path).is_file()
 
     def text_example(self, ids: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
         """Your own input (token ids [T], written as the task writes text) as an example of one: (model

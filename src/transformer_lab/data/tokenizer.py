@@ -1,11 +1,61 @@
-"""Text <-> token ids for a fixed vocabulary of token strings."""
+"""Text <-> token ids: a fixed vocabulary of characters or words (`Tokenizer`), or a byte-level BPE
+(`BPETokenizer`, Hugging Face `tokenizers`), with one way to show a token to a person (`display`).
 
-from collections.abc import Collection, Sequence
+Every tokenizer here answers the same calls: `encode(text)` (a LongTensor of ids), `decode(ids)`,
+`encode_array(text)` (a numpy array, for tokenizing a corpus fast), `vocab` (each id's token string),
+`display(ids)` (each token's text with its spaces, newlines and tabs made visible: what figures, tables
+and the circuit summary show), `names()` (each id's name in a tool's output) and `fingerprint` (a hash
+naming the tokenizer exactly: token files made by it are cached under it).
 
+A byte-level BPE reads text as UTF-8 bytes, so it can encode any text at all. Its vocabulary starts as
+the 256 bytes; training counts every adjacent pair of tokens in the corpus (inside words: the text is
+first cut into words, each with its leading space) and *merges* the most frequent pair into one new token,
+again and again until the vocabulary has `vocab_size` tokens. Each merge is a rule `a b -> ab`; encoding
+applies the rules to a word in the order they were learned. GPT-2 writes a token's bytes as printable
+characters (a space is `Ġ`), so `vocab` holds strings like `Ġthe`, which `display` shows as `␣the`.
+
+A tokenizer made by someone else arrives as `tokenizer.json` text (a file, or a checkpoint's record of
+its task): it is data, parsed by `tokenizers`' JSON reader (no code runs), after checks of its size and
+structure; a bad one is a one-line ConfigError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterable, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 import torch
 from torch import Tensor
 
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.limits import size_text
+
+if TYPE_CHECKING:
+    import tokenizers
+
+END_OF_TEXT = "<|endoftext|>"  # the BPE's one special token: written between documents
+MAX_TOKENIZER_JSON = 32_000_000  # characters: GPT-2's tokenizer.json is 1.4 MB, a 256 K vocabulary's ~20 MB
+MAX_VOCAB = 1 << 22  # ModelConfig's bound on vocab_size (and well inside uint32 token ids)
+MIN_BPE_VOCAB = 257 + 1  # the 256 bytes, <|endoftext|> and at least one merge
+VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}  # as the figures mark a whitespace token
+PAGE_TOKENIZER_BUDGET = 4_000_000  # characters of vocabulary and merges a page may hold (GPT-2's: 1.5 M)
+
+
+def visible(text: str) -> str:
+    """`text` with each space, newline, tab and carriage return shown as a mark (`" the"` -> `"␣the"`),
+    and any other character that prints nothing as its escape (`"\x18"`)."""
+    return "".join(VISIBLE.get(c) or (c if c.isprintable() else repr(c)[1:-1]) for c in text)
+
+
+def _unknown_error(unknown: Sequence[str], what: str, known: str | None) -> ConfigError:
+    listed = ", ".join(repr(c) for c in unknown[:20]) + (" ..." if len(unknown) > 20 else "")
+    use = f"; use only {what} in the checkpoint's vocabulary: {known!r}" if known is not None else ""
+    return ConfigError(f"the text contains {len(unknown)} {what} not in the vocabulary: {listed}{use}")
 
 
 class Tokenizer:
@@ -24,11 +74,12 @@ class Tokenizer:
             require(not bad, f"vocabulary entries must be single characters, got {bad[:5]!r}")
         require(len(set(vocab)) == len(vocab), "the vocabulary lists a token twice; entries must be unique")
         self.separator = separator
+        self.kind = "char" if separator == "" else "words"
         self._itos = vocab
         self._stoi = {token: i for i, token in enumerate(vocab)}
 
     @classmethod
-    def from_text(cls, text: str) -> "Tokenizer":
+    def from_text(cls, text: str) -> Tokenizer:
         return cls(sorted(set(text)), separator="")
 
     @property
@@ -38,23 +89,51 @@ class Tokenizer:
     def __len__(self) -> int:
         return len(self._itos)
 
+    @property
+    def eot_id(self) -> int | None:
+        """The token written between documents: characters have none (documents simply follow)."""
+        return None
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """sha256 of the tokenizer's kind and vocabulary: two tokenizers with it encode alike."""
+        described = json.dumps({"kind": self.kind, "vocab": self._itos}, ensure_ascii=False)
+        return hashlib.sha256(described.encode()).hexdigest()
+
     def split(self, text: str) -> list[str]:
         """The text's tokens as strings."""
         return list(text) if self.separator == "" else text.split()
 
+    def _unknown(self, tokens: Iterable[str]) -> ConfigError:
+        unknown = sorted(set(tokens) - self._stoi.keys())
+        known = "".join(self._itos) if self.separator == "" else " ".join(self._itos)
+        what = "character(s)" if self.separator == "" else "token(s)"
+        return _unknown_error(unknown, what, known if len(known) <= 2000 else None)
+
     def encode(self, text: str) -> Tensor:
         """The text as a LongTensor of token ids, shape [number of tokens]."""
         tokens = self.split(text)
-        unknown = sorted(set(tokens) - self._stoi.keys())
-        if unknown:
-            listed = ", ".join(repr(c) for c in unknown[:20]) + (" ..." if len(unknown) > 20 else "")
-            known = "".join(self._itos) if self.separator == "" else " ".join(self._itos)
-            what = "character(s)" if self.separator == "" else "token(s)"
-            raise ConfigError(
-                f"the text contains {len(unknown)} {what} not in the vocabulary: {listed}; "
-                f"use only {what} in the checkpoint's vocabulary: {known!r}"
-            )
+        if not self._stoi.keys() >= set(tokens):
+            raise self._unknown(tokens)
         return torch.tensor([self._stoi[t] for t in tokens], dtype=torch.long)
+
+    @cached_property
+    def _codepoints(self) -> tuple[np.ndarray, np.ndarray]:
+        points = np.array([ord(c) for c in self._itos], dtype=np.uint32)
+        order = np.argsort(points)
+        return points[order], order
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """The text's ids as an int64 array, fast for characters (a lookup of every code point at once)."""
+        if self.separator != "":
+            return self.encode(text).numpy()
+        points = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+        known, order = self._codepoints
+        where = np.minimum(np.searchsorted(known, points), len(known) - 1)
+        found = known[where] == points
+        if not found.all():
+            raise self._unknown(chr(p) for p in np.unique(points[~found]).tolist())
+        return order[where].astype(np.int64)
 
     def decode(self, ids: Tensor | Sequence[int], skip: Collection[int] = ()) -> str:
         """The text for a 1-D tensor or list of token ids, leaving out the ids in `skip` (e.g. padding)."""
@@ -67,3 +146,280 @@ class Tokenizer:
         if isinstance(ids, Tensor):
             ids = ids.tolist()
         return [self._itos[i] for i in ids]
+
+    def display(self, ids: Tensor | Sequence[int]) -> list[str]:
+        """Each id's token as a tool shows it: its text with spaces, newlines and tabs made visible."""
+        return [visible(t) for t in self.tokens(ids)]
+
+    def names(self) -> list[str]:
+        """Each id's name in a tool's output (the circuit summary prints it with repr): the token itself."""
+        return list(self._itos)
+
+
+# GPT-2's map from bytes to printable characters: the byte-level BPE's tokens are strings of these.
+def _bytes_to_unicode() -> dict[int, str]:
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
+    shifted, extra = list(printable), 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            shifted.append(256 + extra)
+            extra += 1
+    return dict(zip(printable, map(chr, shifted), strict=True))
+
+
+BYTE_OF = {char: byte for byte, char in _bytes_to_unicode().items()}
+
+
+class BPETokenizer:
+    """A Hugging Face tokenizer (in practice the byte-level BPE `train_bpe` makes) behind the calls every
+    tokenizer here answers. Built from `tokenizer.json` text (`BPETokenizer(text, where)`), checked:
+    at most `MAX_TOKENIZER_JSON` characters, JSON whose token ids are 0..n-1 with n at most `MAX_VOCAB`.
+
+    Text is always text: `<|endoftext|>` typed into a prompt or found in a corpus is encoded as its
+    characters (the token itself is only written between documents), and no template adds tokens.
+    """
+
+    separator = ""
+
+    def __init__(self, text: str, where: str = "the tokenizer"):
+        from tokenizers import Tokenizer as HFTokenizer
+
+        require(
+            isinstance(text, str) and 0 < len(text) <= MAX_TOKENIZER_JSON,
+            f"{where} is not a tokenizer this reads: "
+            + (
+                f"{size_text(len(text))} of JSON, more than the {size_text(MAX_TOKENIZER_JSON)} a tokenizer "
+                "takes; use a smaller vocabulary"
+                if isinstance(text, str) and text
+                else "no tokenizer.json text"
+            ),
+        )
+        try:
+            spec = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            reason = str(exc)[:120]
+            raise ConfigError(f"{where} is not valid JSON ({reason}); pass a tokenizer.json") from None
+        model = spec.get("model") if isinstance(spec, dict) else None
+        require(
+            isinstance(model, dict) and isinstance(model.get("type"), str),
+            f"{where} is not a tokenizer.json (no model with a type); pass one written by Hugging Face "
+            "tokenizers (tokenizer.save)",
+        )
+        try:
+            hf = HFTokenizer.from_str(text)
+        except Exception as exc:  # tokenizers raises plain Exception for any bad field
+            reason = " ".join(str(exc).split())[:160]
+            raise ConfigError(f"{where} is not a tokenizer.json tokenizers can read ({reason})") from None
+        vocab = hf.get_vocab(with_added_tokens=True)
+        require(
+            0 < len(vocab) <= MAX_VOCAB,
+            f"{where} has {len(vocab)} tokens; a model here takes 1 to {MAX_VOCAB}: use a smaller vocabulary",
+        )
+        require(
+            sorted(vocab.values()) == list(range(len(vocab))),
+            f"{where} numbers its {len(vocab)} tokens with gaps or repeats; its ids must be 0 to "
+            f"{len(vocab) - 1}",
+        )
+        hf.no_truncation()  # a saved truncation or padding setting would cut or pad every document
+        hf.no_padding()
+        hf.encode_special_tokens = True
+        self._hf = hf
+        self._spec = spec
+        self.json = hf.to_str()
+        itos = [""] * len(vocab)
+        for token, index in vocab.items():
+            itos[index] = token
+        self._itos = itos
+        self.kind = "bpe" if model["type"] == "BPE" else model["type"].lower()
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> BPETokenizer:
+        """A tokenizer.json the user names (`data.tokenizer=<path>`): a regular file (a symlink to one is
+        fine: the user named it), at most `MAX_TOKENIZER_JSON` bytes, UTF-8 JSON."""
+        from transformer_lab.files import require_regular_file
+
+        path = Path(path)
+        require_regular_file(path, "data.tokenizer", MAX_TOKENIZER_JSON)
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"data.tokenizer={path} is not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise ConfigError(f"data.tokenizer={path} cannot be read: {exc.strerror or exc}") from None
+        return cls(text, f"data.tokenizer={path}")
+
+    @property
+    def vocab(self) -> list[str]:
+        """Each id's token string as the tokenizer writes it (a byte-level BPE: `Ġthe` for " the")."""
+        return list(self._itos)
+
+    def __len__(self) -> int:
+        return len(self._itos)
+
+    @property
+    def byte_level(self) -> bool:
+        """Whether tokens are strings of GPT-2's byte characters (then any text can be encoded)."""
+        decoder = self._spec.get("decoder") or {}
+        return isinstance(decoder, dict) and decoder.get("type") == "ByteLevel"
+
+    @property
+    def eot_id(self) -> int | None:
+        """The id of `<|endoftext|>`, written between documents (None if the vocabulary has none)."""
+        return self._hf.token_to_id(END_OF_TEXT)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.json.encode()).hexdigest()
+
+    @property
+    def unk_id(self) -> int | None:
+        unk = (self._spec.get("model") or {}).get("unk_token")
+        return self._hf.token_to_id(unk) if isinstance(unk, str) else None
+
+    def encode(self, text: str) -> Tensor:
+        """The text as a LongTensor of token ids; a one-line error naming the characters the tokenizer
+        cannot encode (never the case for a byte-level BPE)."""
+        return torch.from_numpy(self.encode_array(text, check=True))
+
+    def encode_array(self, text: str, check: bool = True) -> np.ndarray:
+        """The text's ids as an int64 array (`check`: refuse characters the tokenizer cannot encode)."""
+        if not check or self.byte_level:
+            return np.array(self._hf.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+        encoding = self._hf.encode(text, add_special_tokens=False)
+        covered = np.zeros(len(text), dtype=bool)
+        for (start, end), index in zip(encoding.offsets, encoding.ids, strict=True):
+            if index != self.unk_id:
+                covered[start:end] = True
+        unknown = sorted({c for c, ok in zip(text, covered, strict=True) if not ok and not c.isspace()})
+        if unknown:
+            raise ConfigError(
+                f"the text contains {len(unknown)} character(s) the tokenizer cannot encode: "
+                + ", ".join(repr(c) for c in unknown[:20])
+                + "; leave them out"
+            )
+        return np.array(encoding.ids, dtype=np.int64)
+
+    def encode_many(self, texts: list[str]) -> list[np.ndarray]:
+        """Several texts at once (the corpus, in pieces: tokenizers encodes them on every core)."""
+        return [np.array(e.ids, dtype=np.int64) for e in self._hf.encode_batch_fast(texts, False)]
+
+    def decode(self, ids: Tensor | Sequence[int], skip: Collection[int] = ()) -> str:
+        """The text of the ids (without those in `skip`); a character split between tokens whose other
+        part is missing reads as U+FFFD."""
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        return self._hf.decode([i for i in ids if i not in skip], skip_special_tokens=False)
+
+    @cached_property
+    def _texts(self) -> list[str]:
+        """Each token's own text: its bytes as UTF-8, a byte that is part of a character shown as \\xNN."""
+        texts = []
+        for token in self._itos:
+            if self.byte_level and all(c in BYTE_OF for c in token):
+                data = bytes(BYTE_OF[c] for c in token)
+                texts.append(data.decode("utf-8", errors="backslashreplace"))
+            else:
+                texts.append(self._hf.decode([self._hf.token_to_id(token)], skip_special_tokens=False))
+        return texts
+
+    def tokens(self, ids: Tensor | Sequence[int]) -> list[str]:
+        """Each id's token as axis labels show it (`display`)."""
+        return self.display(ids)
+
+    def display(self, ids: Tensor | Sequence[int]) -> list[str]:
+        """Each id's token as a tool shows it: its text with spaces, newlines and tabs made visible
+        (`Ġthe` -> `␣the`, `Ċ` -> `⏎`)."""
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        return [visible(self._texts[i]) for i in ids]
+
+    def names(self) -> list[str]:
+        """Each id's name in a tool's output: `display` (a word's leading space is visible)."""
+        return self.display(range(len(self._itos)))
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
+    """A byte-level BPE of `vocab_size` tokens learned from `texts` (see the module docstring): GPT-2's
+    pre-tokenizer and byte alphabet, `<|endoftext|>` as token 0, no normalisation."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    require(
+        isinstance(vocab_size, int) and MIN_BPE_VOCAB <= vocab_size <= MAX_VOCAB,
+        f"data.vocab_size={vocab_size!r} must be an integer from {MIN_BPE_VOCAB} (the 256 bytes, "
+        f"{END_OF_TEXT} and a merge) to {MAX_VOCAB}",
+    )
+    hf: tokenizers.Tokenizer = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    hf.train_from_iterator(texts, trainer=trainer)
+    return BPETokenizer(hf.to_str(), "the trained BPE")
+
+
+AnyTokenizer = Tokenizer | BPETokenizer
+
+
+def tokenizer_from_record(record: dict, vocab: Sequence[str], where: str) -> AnyTokenizer:
+    """The tokenizer a checkpoint's record of its task describes: its `tokenizer` (tokenizer.json text,
+    checked; its vocabulary must be the model's), else the model's vocabulary written with the record's
+    separator."""
+    text = record.get("tokenizer")
+    if text is None:
+        return Tokenizer(vocab, record["separator"])
+    require(isinstance(text, str), f"{where}: its task record's tokenizer must be tokenizer.json text")
+    tokenizer = BPETokenizer(text, f"{where}'s tokenizer")
+    require(
+        tokenizer.vocab == list(vocab),
+        f"{where}: its tokenizer's vocabulary ({len(tokenizer)} tokens) is not the model's ({len(vocab)}); "
+        "the file was not written by train.py",
+    )
+    return tokenizer
+
+
+def page_tokenizer(tokenizer: AnyTokenizer, budget: int = PAGE_TOKENIZER_BUDGET) -> dict[str, Any] | None:
+    """What the live page needs to tokenize text as the model's tokenizer does (explorer/tokenizer.js):
+    None for a tokenizer of characters or words (the page splits text itself); for a byte-level BPE
+    `{"kind": "byte_bpe", "vocab": [token by id], "merges": ["a b", ...] (in the order learned),
+    "chars": size}`. Refused in one line: a tokenizer tokenizer.js does not implement, and one over
+    `budget` characters (what to do: a smaller vocabulary, or the page without the model: live=false)."""
+    if isinstance(tokenizer, Tokenizer):
+        return None
+    spec = tokenizer._spec
+    model = spec["model"]
+    pre = spec.get("pre_tokenizer") or {}
+    supported = (
+        model.get("type") == "BPE"
+        and tokenizer.byte_level
+        and pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True)
+        and not pre.get("add_prefix_space", False)
+        and spec.get("normalizer") is None
+        and not model.get("dropout")
+        and not model.get("continuing_subword_prefix")
+        and not model.get("end_of_word_suffix")
+        and not model.get("ignore_merges")
+        and not model.get("byte_fallback")
+    )
+    require(
+        supported,
+        f"the page tokenizes text with the byte-level BPE that task=text trains (GPT-2's pre-tokenizer, no "
+        f"normaliser); this model's tokenizer is a {model.get('type')} of another kind: write the page "
+        "with live=false",
+    )
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    payload = {"kind": "byte_bpe", "vocab": tokenizer.vocab, "merges": merges}
+    chars = len(json.dumps(payload, ensure_ascii=False))
+    require(
+        chars <= budget,
+        f"the tokenizer's {len(tokenizer)} tokens and {len(merges)} merges take {chars / 1e6:.1f} MB in the "
+        f"page, more than the {budget / 1e6:g} MB it may hold; train with a smaller data.vocab_size, or "
+        "write the page without the model (live=false)",
+    )
+    return payload | {"chars": chars}

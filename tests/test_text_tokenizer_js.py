@@ -1,0 +1,136 @@
+"""explorer/tokenizer.js in headless Chromium (as tests/test_explorer_browser.py launches it) against
+Python: a byte-level BPE trained by task=text on a multilingual corpus encodes, decodes and shows tokens
+in the page exactly as `BPETokenizer` does, on text at the edges of pre-tokenization and UTF-8 and on
+random Unicode. Also `page_tokenizer`, the page's payload: what it holds, and what it refuses."""
+
+import json
+import random
+import shutil
+
+import pytest
+
+from tests.text_corpus import EDGE_TEXTS, write_corpus
+from transformer_lab.data.corpus import Corpus
+from transformer_lab.data.tokenizer import BPETokenizer, Tokenizer, page_tokenizer, train_bpe
+from transformer_lab.errors import ConfigError
+
+SCRIPT = (
+    __import__("pathlib").Path(__file__).resolve().parents[1] / "src/transformer_lab/explorer/tokenizer.js"
+)
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory) -> BPETokenizer:
+    corpus = Corpus(write_corpus(tmp_path_factory.mktemp("corpus"), txt_files=2, chars=150_000))
+    return train_bpe(corpus.texts(), 700)
+
+
+def random_texts(count: int, seed: int = 0) -> list[str]:
+    """Strings of characters from many blocks: ASCII, Latin-1, Greek, Cyrillic, CJK, emoji, spaces of
+    every kind, combining marks, unassigned and private-use code points."""
+    r = random.Random(seed)
+    blocks = [
+        (0x20, 0x7E),
+        (0x0, 0x20),
+        (0x80, 0xFF),
+        (0x370, 0x3FF),
+        (0x400, 0x4FF),
+        (0x3040, 0x30FF),
+        (0x4E00, 0x4E80),
+        (0x1F300, 0x1F64F),
+        (0x2000, 0x206F),
+        (0x300, 0x36F),
+        (0xE000, 0xE010),
+        (0x10FFF0, 0x10FFFF),
+        (0xFE00, 0xFEFF),
+    ]
+    texts = []
+    for _ in range(count):
+        chars = []
+        for _ in range(r.randint(1, 40)):
+            low, high = r.choice(blocks)
+            point = r.randint(low, high)
+            if 0xD800 <= point <= 0xDFFF:
+                continue
+            chars.append(chr(point) if r.random() < 0.7 else r.choice([" ", "  ", "\n", "'s", "a", "7"]))
+        texts.append("".join(chars))
+    return texts
+
+
+def test_the_payload_holds_the_vocabulary_and_merges_in_order(bpe):
+    payload = page_tokenizer(bpe)
+    spec = json.loads(bpe.json)["model"]
+    assert payload["kind"] == "byte_bpe" and payload["vocab"] == bpe.vocab and len(payload["vocab"]) == 700
+    assert payload["merges"] == [m if isinstance(m, str) else " ".join(m) for m in spec["merges"]]
+    assert payload["chars"] == len(
+        json.dumps({k: payload[k] for k in ("kind", "vocab", "merges")}, ensure_ascii=False)
+    )
+    assert page_tokenizer(Tokenizer(list("abc"))) is None  # characters: the page splits the text itself
+
+
+def test_a_vocabulary_too_large_for_the_page_is_refused_with_its_size_and_the_fix(bpe):
+    with pytest.raises(ConfigError) as info:
+        page_tokenizer(bpe, budget=1000)
+    message = str(info.value)
+    assert "700 tokens" in message and "MB in the page" in message and "\n" not in message
+    assert "smaller data.vocab_size" in message and "live=false" in message
+
+
+def test_a_tokenizer_of_another_kind_is_refused_for_the_page():
+    word_level = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "a": 1, "b": 2}, "unk_token": "[UNK]"},
+    }
+    with pytest.raises(ConfigError, match="WordLevel of another kind: write the page with live=false"):
+        page_tokenizer(BPETokenizer(json.dumps(word_level)))
+
+
+chromium = shutil.which("chromium")
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(chromium is None, reason="chromium is not installed: apt-get install -y chromium")
+def test_tokenizer_js_encodes_decodes_and_shows_tokens_as_python_does(bpe):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    from tests.test_explorer_browser import LAUNCH_ARGS
+
+    texts = EDGE_TEXTS + random_texts(300) + [" ".join(EDGE_TEXTS) * 3]
+    expected = [bpe.encode(t).tolist() for t in texts]
+    ids = list(range(len(bpe)))
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS)
+        try:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.set_content("<!doctype html><meta charset='utf-8'><title>tokenizer.js</title>")
+            page.add_script_tag(content=SCRIPT.read_text())
+            got = page.evaluate(
+                """([payload, texts, ids, pieces]) => {
+                    const bpe = new TransformerLab.tokenizer.ByteLevelBPE(payload);
+                    const encoded = texts.map((t) => bpe.encode(t));
+                    return {
+                        encoded,
+                        decoded: encoded.map((e) => bpe.decode(e)),
+                        pieces: pieces.map((p) => bpe.decode(p)),
+                        shown: ids.map((i) => bpe.tokenText(i)),
+                    };
+                }""",
+                [page_tokenizer(bpe), texts, ids, [e[1:4] for e in expected if len(e) > 3]],
+            )
+        finally:
+            browser.close()
+    assert not errors, errors
+    mismatches = [(t, e, g) for t, e, g in zip(texts, expected, got["encoded"], strict=True) if e != g]
+    assert not mismatches, mismatches[:3]
+    assert got["decoded"] == [bpe.decode(e) for e in expected] == texts  # a byte-level BPE loses nothing
+    assert got["pieces"] == [bpe.decode(e[1:4]) for e in expected if len(e) > 3]  # cut characters: U+FFFD
+    assert got["shown"] == bpe.display(ids)
+    assert sum(len(e) for e in expected) < sum(len(t.encode()) for t in texts)  # the merges did merge
