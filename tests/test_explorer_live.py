@@ -163,6 +163,9 @@ ARCHITECTURES = {  # a model of each architecture and option the JavaScript must
         positional_encoding="none",
         pad_id=0,
     ),
+    "decoder_gpt2": lambda: gpt_decoder(  # GPT-2's choices: learned positions, gelu_new, tied
+        12, block_size=12, activation="gelu_new", positional_encoding="learned", tie_embeddings=True
+    ),
     "encoder_decoder": lambda: encoder_decoder(max_len=12),
     "encoder_decoder_prenorm_tied": lambda: encoder_decoder(
         max_len=12, norm_first=True, activation="gelu", tie_embeddings=True, output_mlp=False, bias=False

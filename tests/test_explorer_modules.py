@@ -206,7 +206,7 @@ def test_a_weight_of_another_shape_or_a_norm_of_another_eps_keeps_the_precompute
     [
         ("positional_encoding", "rotary", "positional_encoding='rotary' cannot run in the page (it runs "
          "sinusoidal, learned, none); explore with live=false for the precomputed views"),
-        ("activation", "swiglu", "activation='swiglu' cannot run in the page (it runs relu, gelu)"),
+        ("activation", "swiglu", "activation='swiglu' cannot run in the page (it runs relu, gelu, gelu_new)"),
         ("norm_first", "sandwich", "norm_first='sandwich' cannot run in the page (it runs false, true)"),
     ],
 )  # fmt: skip

@@ -24,7 +24,7 @@ from transformer_lab.nn import ModelConfig, TokenModel
 CAPABILITIES: dict[str, tuple] = {
     "arch": ("encoder", "decoder", "encoder_decoder"),
     "positional_encoding": ("sinusoidal", "learned", "none"),
-    "activation": ("relu", "gelu"),
+    "activation": ("relu", "gelu", "gelu_new"),
     "norm_first": (False, True),
     "bias": (False, True),
     "output_mlp": (False, True),

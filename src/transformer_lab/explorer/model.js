@@ -25,7 +25,7 @@
   const CAPABILITIES = {
     arch: ["encoder", "decoder", "encoder_decoder"],
     positional_encoding: ["sinusoidal", "learned", "none"],
-    activation: ["relu", "gelu"],
+    activation: ["relu", "gelu", "gelu_new"],
     norm_first: [false, true],
     bias: [false, true],
     output_mlp: [false, true],
@@ -35,7 +35,9 @@
   };
   const { gelu } = TL.erf; // exact GELU through a tabulated erf (erf.js)
   const relu = (x) => (x > 0 ? x : 0);
-  const ACTIVATIONS = { relu, gelu };
+  // GPT-2's gelu_new, GELU's tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+  const geluNew = (x) => 0.5 * x * (1 + Math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  const ACTIVATIONS = { relu, gelu, gelu_new: geluNew };
 
   // ------------------------------------------------------------------------- the building blocks
   /** y = x W^T + b (nn.Linear): x [T, nIn], W [nOut, nIn] starting at row `row0` of `W`, b [nOut]

@@ -11,7 +11,16 @@ from torch import Tensor, nn
 from transformer_lab.nn.attention import KVCache, MultiheadAttention, same_copies
 from transformer_lab.nn.hooks import HookedModule, HookPoint
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+class GELUNew(nn.GELU):
+    """GPT-2's `gelu_new`: GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+    (Hendrycks & Gimpel, 2016), which GPT-2 was trained with; `gelu` is the exact x Phi(x)."""
+
+    def __init__(self) -> None:
+        super().__init__(approximate="tanh")
+
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_new": GELUNew}
 
 
 def make_dropout(p: float) -> nn.Module:

@@ -24,6 +24,7 @@ LIMITS = {
     "max_len": 1 << 20,
 }
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "none")
+ACTIVATIONS = ("relu", "gelu", "gelu_new")  # gelu_new: GPT-2's tanh approximation (blocks.GELUNew)
 
 
 class UnknownSetting(ValueError):
@@ -154,7 +155,8 @@ class ModelConfig:
             value = getattr(self, key)
             _require(isinstance(value, bool), f"model.{key}={value!r} must be true or false")
         _require(
-            self.activation in ("relu", "gelu"), f"model.activation={self.activation!r}: use relu or gelu"
+            self.activation in ACTIVATIONS,
+            f"model.activation={self.activation!r}: use relu or gelu (or gelu_new, GPT-2's tanh form)",
         )
         _require(
             self.positional_encoding in POSITIONAL_ENCODINGS,
