@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import CHROMIUM_ARGS, encoder_classifier, gpt_decoder
+from tests.conftest import encoder_classifier, gpt_decoder
 from tests.test_explorer import encoder_decoder, page_data, synthetic_data
 from transformer_lab.explorer import explore, render
 from transformer_lab.explorer.pack import unpack
 
 pytestmark = pytest.mark.browser  # the browser: tests/conftest.py
-LAUNCH_ARGS = CHROMIUM_ARGS  # tests/test_text_tokenizer_js.py
 VIEWS = ("head", "model", "overlays", "ablation", "predictions")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -409,3 +409,40 @@ def test_a_cache_entry_that_is_malformed_huge_a_fifo_or_a_symlink_out_is_refused
     meta["files"]["tokens.bin"]["sha256"] = hashlib.sha256(forged.tobytes()).hexdigest()
     (entry / "meta.json").write_text(json.dumps(meta))
     assert "holds token id 60000, outside the vocabulary" in refused()
+
+
+def test_the_live_page_tokenizes_typed_text_as_python_does(runs, tmp_path, browser):
+    """The page of a BPE model (Chromium): text typed in, non-ASCII included, becomes the ids Python's
+    tokenizer gives, the page's logits for them equal PyTorch's, and tokens are labelled as the tools
+    show them (a word's leading space visible)."""
+    checkpoint = transformer_lab.load(str(runs[0][0]))
+    page = tmp_path / "page.html"
+    load_script("explore").main([f"ckpt_path={runs[0][0]}", f"out={page}"])
+    tab = browser.new_page()
+    try:
+        tab.goto(page.as_uri())
+        tab.wait_for_function(
+            "window.transformerLab && (window.transformerLab.updates || 0) > 0", timeout=60_000
+        )
+        text = "Naïve ROMEO: the café, ﬁne!"
+        ids = tab.evaluate("(text) => window.transformerLab.encode(text)", text)
+        assert ids == checkpoint.tokenizer.encode(text).tolist()
+        assert tab.evaluate("(text) => window.transformerLab.setInput(text)", text) is None  # no problem
+        logits = torch.tensor(tab.evaluate("(ids) => window.transformerLab.forward(ids).logits", ids))
+        with torch.no_grad():
+            expected = checkpoint.model(torch.tensor([ids]))[0]
+        assert (logits - expected).abs().max() <= 1e-4 * expected.abs().max()
+        shown = tab.eval_on_selector_all(".hv-token", "gs => gs.map(g => g.textContent)")
+        assert any("␣" in token for token in shown), shown
+    finally:
+        tab.close()
+
+
+def test_a_tokenizer_too_large_for_the_page_is_refused_when_the_page_is_written(runs, tmp_path, monkeypatch):
+    from transformer_lab.explorer import explore
+
+    monkeypatch.setattr(tokenizer_module, "PAGE_TOKENIZER_BUDGET", 1000)
+    page = tmp_path / "page.html"
+    with pytest.raises(ConfigError, match=r"take .* MB in the page, more than the 0.001 MB .*live=false"):
+        explore(transformer_lab.load(str(runs[0][0])), [1, 2, 3])
+    assert not page.exists()

@@ -5,7 +5,6 @@ random Unicode. Also `page_tokenizer`, the page's payload: what it holds, and wh
 
 import json
 import random
-import shutil
 
 import pytest
 
@@ -92,41 +91,32 @@ def test_a_tokenizer_of_another_kind_is_refused_for_the_page():
         page_tokenizer(BPETokenizer(json.dumps(word_level)))
 
 
-chromium = shutil.which("chromium")
-
-
 @pytest.mark.browser
-@pytest.mark.skipif(chromium is None, reason="chromium is not installed: apt-get install -y chromium")
-def test_tokenizer_js_encodes_decodes_and_shows_tokens_as_python_does(bpe):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from tests.test_explorer_browser import LAUNCH_ARGS
-
+def test_tokenizer_js_encodes_decodes_and_shows_tokens_as_python_does(bpe, browser):
     texts = EDGE_TEXTS + random_texts(300) + [" ".join(EDGE_TEXTS) * 3]
     expected = [bpe.encode(t).tolist() for t in texts]
     ids = list(range(len(bpe)))
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=LAUNCH_ARGS)
-        try:
-            page = browser.new_page()
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.set_content("<!doctype html><meta charset='utf-8'><title>tokenizer.js</title>")
-            page.add_script_tag(content=SCRIPT.read_text())
-            got = page.evaluate(
-                """([payload, texts, ids, pieces]) => {
-                    const bpe = new TransformerLab.tokenizer.ByteLevelBPE(payload);
-                    const encoded = texts.map((t) => bpe.encode(t));
-                    return {
-                        encoded,
-                        decoded: encoded.map((e) => bpe.decode(e)),
-                        pieces: pieces.map((p) => bpe.decode(p)),
-                        shown: ids.map((i) => bpe.tokenText(i)),
-                    };
-                }""",
-                [page_tokenizer(bpe), texts, ids, [e[1:4] for e in expected if len(e) > 3]],
-            )
-        finally:
-            browser.close()
+    page = browser.new_page()
+    try:
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_content("<!doctype html><meta charset='utf-8'><title>tokenizer.js</title>")
+        page.add_script_tag(content=SCRIPT.read_text())
+        got = page.evaluate(
+            """([payload, texts, ids, pieces]) => {
+                const bpe = new TransformerLab.tokenizer.ByteLevelBPE(payload);
+                const encoded = texts.map((t) => bpe.encode(t));
+                return {
+                    encoded,
+                    decoded: encoded.map((e) => bpe.decode(e)),
+                    pieces: pieces.map((p) => bpe.decode(p)),
+                    shown: ids.map((i) => bpe.tokenText(i)),
+                };
+            }""",
+            [page_tokenizer(bpe), texts, ids, [e[1:4] for e in expected if len(e) > 3]],
+        )
+    finally:
+        page.close()
     assert not errors, errors
     mismatches = [(t, e, g) for t, e, g in zip(texts, expected, got["encoded"], strict=True) if e != g]
     assert not mismatches, mismatches[:3]

@@ -99,8 +99,8 @@ def explain_checkpoint(args: dict[str, str]) -> None:
     relevance = explain.relevance(model, *inputs)[0]
     with evaluating(model):
         predicted_ids = model(*inputs).argmax(dim=-1)[0].tolist()
-    vocab, names = model.vocab, checkpoint.output_names
-    tokens = [figures.token_labels([vocab[i] for i in x[0].tolist()]) for x in inputs]
+    names = checkpoint.output_names
+    tokens = [checkpoint.tokenizer.display(x[0].tolist()) for x in inputs]  # a BPE's "Ġthe" as "␣the"
     predicted = figures.token_labels([names[i] for i in predicted_ids])
     labelled = labels[0] != IGNORE_INDEX
     if bool(labelled.any()):  # before the first label: a prompt, whose outputs mean nothing

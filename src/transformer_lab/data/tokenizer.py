@@ -383,12 +383,13 @@ def tokenizer_from_record(record: dict, vocab: Sequence[str], where: str) -> Any
     return tokenizer
 
 
-def page_tokenizer(tokenizer: AnyTokenizer, budget: int = PAGE_TOKENIZER_BUDGET) -> dict[str, Any] | None:
+def page_tokenizer(tokenizer: AnyTokenizer, budget: int | None = None) -> dict[str, Any] | None:
     """What the live page needs to tokenize text as the model's tokenizer does (explorer/tokenizer.js):
     None for a tokenizer of characters or words (the page splits text itself); for a byte-level BPE
     `{"kind": "byte_bpe", "vocab": [token by id], "merges": ["a b", ...] (in the order learned),
     "chars": size}`. Refused in one line: a tokenizer tokenizer.js does not implement, and one over
-    `budget` characters (what to do: a smaller vocabulary, or the page without the model: live=false)."""
+    `budget` characters (default PAGE_TOKENIZER_BUDGET; what to do: a smaller vocabulary, or the page
+    without the model: live=false)."""
     if isinstance(tokenizer, Tokenizer):
         return None
     spec = tokenizer._spec
@@ -413,6 +414,7 @@ def page_tokenizer(tokenizer: AnyTokenizer, budget: int = PAGE_TOKENIZER_BUDGET)
         f"normaliser); this model's tokenizer is a {model.get('type')} of another kind: write the page "
         "with live=false",
     )
+    budget = PAGE_TOKENIZER_BUDGET if budget is None else budget
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     payload = {"kind": "byte_bpe", "vocab": tokenizer.vocab, "merges": merges}
     chars = len(json.dumps(payload, ensure_ascii=False))

@@ -47,13 +47,23 @@ REFERENCE_EXAMPLES = 512  # the reference batch of mean ablation: as many test e
 
 
 def _task_facts(checkpoint: object) -> dict:
-    """What a loaded checkpoint's task tells the page: how it writes text, its rule for the expected
-    output of an edited input, the source lengths it trains on, and its reference batch."""
+    """What a loaded checkpoint's task tells the page: how it writes text (a byte-level BPE: the
+    tokenizer itself, `data.tokenizer.page_tokenizer`), its rule for the expected output of an edited
+    input, the source lengths it trains on, and its reference batch."""
     facts: dict = {}
     if not hasattr(checkpoint, "tokenizer"):
         return facts
     try:
-        facts["separator"] = checkpoint.tokenizer.separator
+        tokenizer = checkpoint.tokenizer
+    except (ConfigError, OSError, ValueError):  # no task record
+        return facts
+    from transformer_lab.data.tokenizer import page_tokenizer
+
+    facts["tokenizer"] = page_tokenizer(tokenizer)  # a BPE the page cannot hold is refused: live=false
+    if facts["tokenizer"] is not None:
+        facts["decode"], facts["token_names"] = tokenizer.decode, tokenizer.names()
+    try:
+        facts["separator"] = tokenizer.separator
         facts["label_rule"] = checkpoint.label_rule
         task = checkpoint.task
         low, high = getattr(task, "min_seq_len", None), getattr(task, "max_source_len", None)
@@ -131,6 +141,9 @@ def explore(
         label_rule=facts.get("label_rule"),
         output_names=names,
         trained_lengths=facts.get("trained_lengths"),
+        tokenizer=facts.get("tokenizer"),
+        decode=facts.get("decode"),
+        token_names=facts.get("token_names"),
     )
     page = render(data, heading, live=section, live_note=note)
     page.live_note = note

@@ -115,6 +115,11 @@
       },
       /** Type into the box (as a student would) and wait for the views; resolves to the box's problem
        *  (null: none). */
+      /** The token ids the input box gives for `text` (a byte-level BPE's as Python encodes it). */
+      encode: (text) => {
+        C.text("encode", "text", text, INPUT_LIMIT);
+        return TL.input.tokenize(text).ids;
+      },
       setInput: (text) => {
         C.text("setInput", "text", text, INPUT_LIMIT);
         $("input-box").value = text;

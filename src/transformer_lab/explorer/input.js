@@ -15,7 +15,18 @@
     const ids = [];
     const bad = [];
     const spans = [];
-    if (LIVE.input.separator === "") {
+    if (state.live.bpe) {
+      // a byte-level BPE encodes any text (tokenizer.js, as Python's tokenizer does); each token's span
+      // in the box is measured by its decoded text (a character split between tokens goes to the first)
+      const bpe = state.live.bpe;
+      let at = 0;
+      for (const id of bpe.encode(text)) {
+        ids.push(id);
+        const end = Math.min(text.length, at + bpe.decode([id]).replace(/\uFFFD/g, "").length);
+        spans.push([at, end]);
+        at = end;
+      }
+    } else if (LIVE.input.separator === "") {
       for (let i = 0; i < text.length; ) {
         const ch = String.fromCodePoint(text.codePointAt(i));
         const id = index.get(ch);

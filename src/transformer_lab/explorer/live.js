@@ -64,7 +64,7 @@
   /** What the views draw, from a run: the attention maps by kind, predictions, rollout, the header. */
   function apply(result, labels, first) {
     const spec = LIVE.spec;
-    const vocab = spec.vocab;
+    const vocab = state.live.names; // the tokens as the tools show them (a BPE's: "␣the")
     const names = LIVE.input.names;
     const tokens = result.inputs.map((ids) => ids.map((id) => vocab[id]));
     state.live.inputs = result.inputs;
@@ -198,9 +198,11 @@
     const t0 = performance.now();
     const out = model.generate(tokens, count, { temperature, topK, ablate: removedPairs(), ablation: state.live.method });
     state.api.generateMs = performance.now() - t0;
-    const added = out.slice(tokens.length).map((id) => LIVE.spec.vocab[id]);
+    const newIds = out.slice(tokens.length);
+    const added = newIds.map((id) => LIVE.spec.vocab[id]);
     const box = $("input-box");
-    box.value = box.value + (LIVE.input.separator === "" ? added.join("") : (box.value.trim() ? " " : "") + added.join(" "));
+    if (state.live.bpe) box.value = box.value + state.live.bpe.decode(newIds);
+    else box.value = box.value + (LIVE.input.separator === "" ? added.join("") : (box.value.trim() ? " " : "") + added.join(" "));
     await update();
   }
 
@@ -229,6 +231,8 @@
     state.live = {
       engine: new Engine(useWorker),
       index: new Map(LIVE.spec.vocab.map((t, i) => [t, i])),
+      bpe: LIVE.input.tokenizer ? new TL.tokenizer.ByteLevelBPE(LIVE.input.tokenizer) : null,
+      names: LIVE.input.token_names || LIVE.spec.vocab,
       removed: new Set(),
       method: "zero",
       step: first,

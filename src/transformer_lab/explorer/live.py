@@ -19,6 +19,7 @@ rounded weights (`rounded_model`).
 import base64
 import copy
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -243,11 +244,16 @@ def live_payload(
     label_rule: str | None = None,
     output_names: list[str] | None = None,
     trained_lengths: tuple[int, int] | None = None,
+    tokenizer: dict | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    token_names: list[str] | None = None,
 ) -> tuple[dict | None, str | None]:
     """The page's `live` section for the model and the inputs its precomputed views show, or (None, why
     the page cannot run it). `snapshots`: the same model at other steps (one of them may be `model`
-    itself); as many as fit in the budget are kept, spread over the run. A setting the page cannot run
-    is a ConfigError (`layout.check_runnable`), raised before anything is packed."""
+    itself); as many as fit in the budget are kept, spread over the run. `tokenizer`: a byte-level BPE
+    the page encodes typed text with (`data.tokenizer.page_tokenizer`), with its `decode` and the
+    tokens' `token_names` as tools show them (`␣the`). A setting the page cannot run is a ConfigError
+    (`layout.check_runnable`), raised before anything is packed."""
     check_runnable(model.config)
     live = live_model(model, reference, dtype, budget)
     if live.refusal:
@@ -311,7 +317,7 @@ def live_payload(
         "check": _pack_logits(logits[0]),
         "input": {
             "mode": mode,
-            "text": separator.join(model.vocab[i] for i in box),
+            "text": decode(box) if decode is not None else separator.join(model.vocab[i] for i in box),
             "tokens": box,
             "inputs": [x[0].tolist() for x in inputs],
             "labels": labels,
@@ -320,6 +326,8 @@ def live_payload(
             "label_rule": label_rule,
             "names": output_names or list(model.vocab),
             "trained_lengths": list(trained_lengths) if trained_lengths else None,
+            "tokenizer": tokenizer,
+            "token_names": token_names,
         },
     }
     return payload, None

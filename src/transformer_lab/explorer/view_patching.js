@@ -13,7 +13,7 @@
     const strip = $("patch-tokens");
     const tokens = state.live ? TL.input.tokenize($("input-box").value).ids : [];
     strip.replaceChildren(
-      ...tokens.map((id, i) => el("button", { class: "patch-token", "data-index": i, "aria-pressed": state.live.patch && state.live.patch.position === i, text: shown(LIVE.spec.vocab[id]) }))
+      ...tokens.map((id, i) => el("button", { class: "patch-token", "data-index": i, "aria-pressed": state.live.patch && state.live.patch.position === i, text: shown(state.live.names[id]) }))
     );
     const panels = $("patch-panels");
     panels.replaceChildren();
@@ -34,7 +34,6 @@
     $("patch-info").textContent =
       `Token ${p.position} ${shown(p.from)} → ${shown(p.to)}: at output position ${p.answer.position} the model predicts ${shown(p.cleanName)} ` +
       `(clean) and ${shown(p.badName)} (corrupted); logit difference clean ${r.clean.toFixed(2)}, corrupted ${r.corrupted.toFixed(2)}.`;
-    const vocab = LIVE.spec.vocab;
     const byStack = {};
     for (const [name, row] of Object.entries(r.resid)) {
       const stack = name.startsWith("decoder.") ? "decoder." : name.startsWith("encoder.") ? "encoder." : "";
@@ -44,7 +43,7 @@
       const entries = byStack[stack.prefix] || [];
       const rows = entries.map(([name]) => name.replace(stack.prefix, "").replace("blocks.", "L").replace(".hook_resid_pre", " in").replace(".hook_resid_post", " out"));
       const values = entries.map(([, row]) => row);
-      const cols = p.corrupted[stack.input].map((id) => vocab[id]);
+      const cols = p.corrupted[stack.input].map((id) => state.live.names[id]);
       const vmax = Math.max(1, ...values.flat().map(Math.abs));
       const canvas = el("canvas", { class: "patching", "data-stack": s });
       panels.append(canvas);
@@ -79,7 +78,7 @@
     const to = symbols[(symbols.indexOf(from) + 1) % symbols.length];
     const bad = tokens.slice();
     bad[position] = to;
-    const vocab = LIVE.spec.vocab;
+    const vocab = state.live.names;
     const clean = state.live.inputs;
     // the corrupted input read with the clean output forced (positions up to the answer are what the
     // task's own corrupted example holds there)

@@ -10,7 +10,6 @@ circuits.py    a circuit as a layered graph, with its faithfulness curve
 from transformer_lab.figures.attention import (
     GRID_NOTES,
     MAX_TICKS,
-    SHOWN_AS,
     attention_grid,
     colour_cap,
     layer_scales,
@@ -37,7 +36,6 @@ from transformer_lab.figures.tutorial import (
 __all__ = [
     "GRID_NOTES",
     "MAX_TICKS",
-    "SHOWN_AS",
     "activation_patching",
     "attention_grid",
     "attention_grid_image",

@@ -11,9 +11,9 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from transformer_lab.data.tokenizer import visible
 from transformer_lab.nn import head_name
 
-SHOWN_AS = {"\n": "⏎", " ": "␣", "\t": "⇥"}
 MAX_TICKS = 48  # more positions than this on an axis: label every k-th one
 
 GRID_NOTES = {  # what a grid's rows and columns are, after its group's title (`nn.GROUP_TITLES`)
@@ -24,8 +24,8 @@ GRID_NOTES = {  # what a grid's rows and columns are, after its group's title (`
 
 
 def token_labels(tokens: list[str]) -> list[str]:
-    """Tick labels for tokens: newline, space and tab made visible."""
-    return [SHOWN_AS.get(t, t) for t in tokens]
+    """Tick labels for tokens: spaces, newlines and tabs made visible (`data.tokenizer.visible`)."""
+    return [visible(t) for t in tokens]
 
 
 def tick_step(count: int, max_ticks: int = MAX_TICKS) -> int:
