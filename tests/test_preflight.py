@@ -349,3 +349,18 @@ def test_every_setting_of_hydra_a_shared_file_could_set_is_refused_but_the_allow
         else:
             with pytest.raises(ConfigError, match=f"k{number}.yaml sets {re.escape(key)}: "):
                 preflight.check_files_from_elsewhere(job, [tmp_path / "shared"], multirun=False)
+
+
+def test_a_shared_file_cannot_move_the_token_cache_out_of_the_project(tmp_path):
+    """task=text's token files (data.cache_dir, shared by runs) stay in the project's data/cache unless the
+    command line puts them elsewhere."""
+    shared = _experiment(
+        tmp_path, "defaults:\n  - override /task: text\ndata:\n  cache_dir: /tmp/elsewhere\n"
+    )
+    run = f"hydra.run.dir={tmp_path / 'run'}"
+    _refused(
+        [shared, "experiment=shared", run],
+        r"data\.cache_dir=/tmp/elsewhere is outside its folder .*data/cache",
+    )
+    argv = prepare(["task=text", f"data.cache_dir={tmp_path / 'cache'}", run])
+    assert argv[-1] == run

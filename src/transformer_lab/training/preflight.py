@@ -129,7 +129,8 @@ def run_writes(resolved: dict, run_dir: Path, multirun: bool = False) -> dict[st
     """Every place the run writes that a config can set, by the key that sets it: (the path, the folder it
     must lie in). A name given relative to another folder (a logger's name and version under its
     save_dir, the profiler's file under its dirpath, Hydra's output_subdir under the job's directory, a
-    sweep job's subdir under the sweep's) must stay inside that folder; any other path inside the run's
+    sweep job's subdir under the sweep's) must stay inside that folder; a text task's token cache
+    (`data.cache_dir`, shared by runs) inside the project's data/cache; any other path inside the run's
     directory (`run_dir`: the sweep's, for a sweep)."""
     writes: dict[str, tuple[Path, Path]] = {}
 
@@ -165,6 +166,9 @@ def run_writes(resolved: dict, run_dir: Path, multirun: bool = False) -> dict[st
     storage = (hydra.get("sweeper") or {}).get("storage")
     if isinstance(storage, str) and storage.startswith("sqlite:///"):
         add("hydra.sweeper.storage", storage.removeprefix("sqlite:///"))
+    cache, root = (resolved.get("data") or {}).get("cache_dir"), (resolved.get("paths") or {}).get("root_dir")
+    if isinstance(cache, str) and cache != "" and isinstance(root, str):  # the token files: shared by runs
+        writes["data.cache_dir"] = (Path(cache), Path(root) / "data" / "cache")
     return writes
 
 
