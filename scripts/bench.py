@@ -84,6 +84,10 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    RSS (target: within 100 MB of each other: the token file is read through a memory map), the
    tokenization's MB/s and tokens/s, and a batch's fetch as a share of a training step (target < 2%).
    (--quick: 2 and 6 MB, 10 steps.)
+12. Intervals (`--phases intervals`): what `ci=0.95` (the tools' default) costs the other printed tables on
+   pretrained:reverse_2l4h with 256 examples (16 with --quick): head ablation, activation patching, the
+   logit lens and the deletion curves, each with ci=0 and with ci=0.95 (medians of 3 alternating rounds)
+   and their ratio (target < 2x: the intervals resample the per-example numbers, no forward pass).
 """
 
 import argparse
@@ -186,6 +190,7 @@ PHASES = (
     "circuits",
     "startup",
     "text",
+    "intervals",
 )
 
 TARGETS = {  # key: (comparison, threshold), as in the issue; checked by the full benchmark only
@@ -1335,6 +1340,46 @@ print(time.perf_counter() - start, any(m == "lightning" or m.startswith("lightni
 """
 
 
+def bench_intervals(mode: Mode) -> dict:
+    """What ci=0.95 costs each printed table (see the module docstring, 12)."""
+    from transformer_lab import load
+    from transformer_lab.analysis import faithfulness, interventions, lens
+
+    count = 16 if mode is QUICK else 256
+    progress(f"intervals: pretrained:reverse_2l4h, {count} examples")
+    checkpoint = load("pretrained:reverse_2l4h")
+    model, (inputs, labels) = checkpoint.model, checkpoint.examples(count)
+    clean, corrupted = checkpoint.corrupted_pairs(count)
+    tables = {
+        "heads": lambda level: interventions.ablate_heads(model, inputs, labels, level=level),
+        "patching": lambda level: interventions.activation_patching(model, clean, corrupted, level),
+        "lens": lambda level: lens.lens_accuracy(model, inputs, labels, level),
+        "faithfulness": lambda level: faithfulness.deletion_curves(model, inputs, labels, level=level),
+    }
+    out = {}
+    for name, work in tables.items():
+        times: dict[float, list[float]] = {0.0: [], 0.95: []}
+        for _ in range(1 if mode is QUICK else 3):
+            for level in times:  # alternating, so that a busy moment costs both alike
+                started = time.perf_counter()
+                work(level)
+                times[level].append(time.perf_counter() - started)
+        plain, checked = statistics.median(times[0.0]), statistics.median(times[0.95])
+        out |= {f"ci_{name}_s": plain, f"ci_{name}_checked_s": checked, f"ci_{name}_ratio": checked / plain}
+    return out
+
+
+INTERVAL_ROWS = [
+    (
+        f"{name}: ci=0 vs ci=0.95 (reverse_2l4h, 256 examples)",
+        "{:.2f}x ({:.3f} s -> {:.3f} s)",
+        [f"ci_{name}_ratio", f"ci_{name}_s", f"ci_{name}_checked_s"],
+    )
+    for name in ("heads", "patching", "lens", "faithfulness")
+]
+TARGETS.update({f"ci_{name}_ratio": ("<", 2.0) for name in ("heads", "patching", "lens", "faithfulness")})
+
+
 def bench_startup(mode: Mode) -> dict:
     """A tool's start-up without training: a fresh interpreter that loads `pretrained:reverse_2l4h`, its
     task's examples and runs an analysis (head ablation): the median wall time of 5 runs (3 with
@@ -1489,6 +1534,7 @@ TEXT_ROWS = [
     ),
 ]
 ROWS += TEXT_ROWS
+ROWS += INTERVAL_ROWS
 
 
 def table(results: dict, check_targets: bool) -> str:
@@ -1567,6 +1613,8 @@ def main(argv: list[str] | None = None) -> dict:
             results.update(bench_startup(mode))
         if "text" in phases:
             results.update(bench_text(mode, workdir))
+        if "intervals" in phases:
+            results.update(bench_intervals(mode))
     results.update(
         mode=mode_name,
         overrides=" ".join(args.overrides),

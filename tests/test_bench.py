@@ -45,6 +45,13 @@ FIGURES = (
     "circuit_eap_shakespeare_s",
     "circuit_eap_ig_over_eap",
     "circuit_patching_shakespeare_mb",
+    "circuit_checked_over_plain_shakespeare",  # verify= and ci= of the circuit analysis
+    "text_rss_gap_mb",
+    "text_fetch_share",
+    "ci_heads_ratio",
+    "ci_patching_ratio",
+    "ci_lens_ratio",
+    "ci_faithfulness_ratio",
 )
 
 DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule
