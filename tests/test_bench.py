@@ -46,7 +46,7 @@ FIGURES = (
     "circuit_eap_ig_over_eap",
     "circuit_patching_shakespeare_mb",
     "circuit_checked_over_plain_shakespeare",  # verify= and ci= of the circuit analysis
-    "text_rss_gap_mb",
+    "text_small_peak_rss_mb",
     "text_fetch_share",
     "ci_heads_ratio",
     "ci_patching_ratio",
