@@ -83,7 +83,7 @@ contender alike and the ratios stay fair. For the figures with targets, the tabl
    400 MB (a BPE trained on it, the corpus tokenized into a token file, 100 training steps): each run's peak
    RSS (target: within 100 MB of each other: the token file is read through a memory map), the
    tokenization's MB/s and tokens/s, and a batch's fetch as a share of a training step (target < 2%).
-   (--quick: 2 and 6 MB, 10 steps.)
+   (--quick: 1 and 2 MB, 5 steps.)
 12. Intervals (`--phases intervals`): what `ci=0.95` (the tools' default) costs the other printed tables on
    pretrained:reverse_2l4h with 256 examples (16 with --quick): head ablation, activation patching, the
    logit lens and the deletion curves, each with ci=0 and with ci=0.95 (medians of 3 alternating rounds)
@@ -1399,8 +1399,8 @@ def bench_startup(mode: Mode) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ text
-TEXT_CORPUS_MB = {"full": (20, 400), "quick": (2, 6)}  # the same run on a small and a large corpus
-TEXT_STEPS = {"full": 100, "quick": 10}
+TEXT_CORPUS_MB = {"full": (20, 400), "quick": (1, 2)}  # the same run on a small and a large corpus
+TEXT_STEPS = {"full": 100, "quick": 5}
 TEXT_FETCHES = 200  # batches drawn to time a fetch
 TEXT_SYLLABLES = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "la", "ve", "do", "zu", "shi", "an", "el"]
 TEXT_SYLLABLES += ["or", "um", "ba", "ké", "ñu", "ø", "ß", "ю", "я", "語", "文"]  # some of them non-ASCII

@@ -132,11 +132,14 @@ def test_fit_timer_measures_the_fit_from_inside(tmp_path):
     assert all(seconds >= 0 for seconds in hooks.values())
 
 
-def test_help_and_bad_phase():
-    result = run_cli("scripts/bench.py", "--help")
-    assert result.returncode == 0 and "--quick" in result.stdout and "--json" in result.stdout
-    result = run_cli("scripts/bench.py", "--phases", "generation")
-    assert result.returncode == 2 and "generation needs training" in result.stderr
+def test_help_and_bad_phase(bench, capsys):
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and "--quick" in out and "--json" in out
+    with pytest.raises(SystemExit) as info:
+        bench.main(["--phases", "generation"])
+    assert info.value.code == 2 and "generation needs training" in capsys.readouterr().err
 
 
 def test_flops_per_token_follows_nanogpt(bench):
