@@ -1382,10 +1382,10 @@ TARGETS.update({f"ci_{name}_ratio": ("<", 2.0) for name in ("heads", "patching",
 
 def bench_startup(mode: Mode) -> dict:
     """A tool's start-up without training: a fresh interpreter that loads `pretrained:reverse_2l4h`, its
-    task's examples and runs an analysis (head ablation): the median wall time of 5 runs (3 with
+    task's examples and runs an analysis (head ablation): the median wall time of 5 runs (1 with
     --quick), in-process from the first import, and whether Lightning was imported (it must not be)."""
     seconds, lightning = [], []
-    for _ in range(3 if mode is QUICK else 5):
+    for _ in range(1 if mode is QUICK else 5):
         out = subprocess.run(
             [sys.executable, "-c", STARTUP_SCRIPT], capture_output=True, text=True, check=True
         )
@@ -1513,7 +1513,7 @@ TEXT_TARGETS = {"text_rss_gap_mb": ("<", 100.0), "text_fetch_share": ("<", 0.02)
 TARGETS.update(TEXT_TARGETS)
 TEXT_ROWS = [
     (
-        "text: peak RSS of the run, 20 MB / 400 MB corpus (--quick: 2 / 6 MB): the gap",
+        "text: peak RSS of the run, 20 MB / 400 MB corpus (--quick: 1 / 2 MB): the gap",
         "{:.0f} MB ({:.0f} / {:.0f} MB)",
         ["text_rss_gap_mb", "text_small_peak_rss_mb", "text_large_peak_rss_mb"],
     ),
