@@ -184,3 +184,17 @@ def browser():
         launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         yield launched
         launched.close()
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No network for the Hugging Face libraries, and the interop cache in the test's own directory."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMER_LAB_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture(scope="session")
+def transformers():
+    """Hugging Face `transformers` (the dev extra installs it); the test skips without it."""
+    return pytest.importorskip("transformers")

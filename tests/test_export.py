@@ -17,19 +17,9 @@ from transformer_lab.errors import ConfigError
 from transformer_lab.interop import huggingface, onnx, transformer_lens
 from transformer_lab.nn import evaluating
 
+pytestmark = pytest.mark.usefixtures("offline")  # no network; the interop cache in tmp
+
 TOLERANCE = 1e-4
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMER_LAB_CACHE", str(tmp_path / "cache"))
-
-
-@pytest.fixture(scope="module")
-def transformers():
-    return pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")

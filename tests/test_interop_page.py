@@ -15,13 +15,11 @@ PAGE = ROOT / "docs" / "interop.md"
 TESTS = ("test_export.py", "test_hf_import.py")
 
 
+@pytest.mark.usefixtures("offline")
 def test_every_step_of_the_page_runs_and_prints_what_it_shows(tmp_path, monkeypatch):
     for module in ("transformers", "onnxruntime", "tokenizers", "safetensors"):
         pytest.importorskip(module)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMER_LAB_CACHE", str(tmp_path / "cache"))
     shown = {tuple(commands): (text, tolerance) for commands, text, tolerance in shown_outputs(PAGE)}
     problems, compared = [], 0
     for kind, code, after in page_steps(PAGE):
