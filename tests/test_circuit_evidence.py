@@ -12,7 +12,9 @@ import torch
 import transformer_lab
 from tests.conftest import load_script
 from tests.linear_model import LinearModel
+from tests.pages import FULL, run_training
 from tests.test_circuits import linear_pairs
+from transformer_lab import pretrained
 from transformer_lab.analysis import circuits, intervals
 from transformer_lab.analysis.circuits.evidence import Disagreement, disagreements
 from transformer_lab.cli import run
@@ -79,18 +81,14 @@ def _previous_token_and_induction_heads(checkpoint):
     return previous, inducing
 
 
-def test_the_default_command_finds_the_k_composition_of_the_induction_model(script, tmp_path, capsys):
-    """pretrained:induction_heads: a previous-token head in layer 0 writes where an induction head in
-    layer 1 reads its keys. eap underrates those edges (a softmax near saturation); the default command
-    checks its top 20 by exact patching, warns where eap's sign or rank is wrong, and its circuit holds
-    a previous-token head -> induction head .k edge."""
-    script.main(["ckpt_path=pretrained:induction_heads", "analysis=circuit", f"out_dir={tmp_path}"])
-    out = capsys.readouterr().out
-    numbers = json.loads((tmp_path / "circuit.json").read_text())
+def _k_composition_in_the_default_circuit(script, location: str, out_dir) -> dict:
+    """The default circuit command on an induction model: its circuit holds a previous-token head ->
+    induction head .k edge, verified by exact patching, whose exact effect is larger than eap's estimate.
+    Returns circuit.json."""
+    script.main([f"ckpt_path={location}", "analysis=circuit", f"out_dir={out_dir}"])
+    numbers = json.loads((out_dir / "circuit.json").read_text())
     assert (numbers["method"], numbers["metric"], numbers["verified"]) == ("eap", "logit_diff", 20)
-    previous, inducing = _previous_token_and_induction_heads(
-        transformer_lab.load("pretrained:induction_heads")
-    )
+    previous, inducing = _previous_token_and_induction_heads(transformer_lab.load(location))
     edges = numbers["edges"]
     chosen = [(edges[i]["src"], edges[i]["dst"]) for i in numbers["circuit"]]
     k_composition = [(s, d) for s, d in chosen if s in previous and d.removesuffix(".k") in inducing]
@@ -98,6 +96,16 @@ def test_the_default_command_finds_the_k_composition_of_the_induction_model(scri
     for src, dst in k_composition:  # verified, and its exact effect larger than eap's estimate of it
         (edge,) = [e for e in edges if (e["src"], e["dst"]) == (src, dst)]
         assert "exact" in edge and abs(edge["exact"]) > abs(edge["score"])
+    return numbers
+
+
+def test_the_default_command_finds_the_k_composition_of_the_induction_model(script, tmp_path, capsys):
+    """pretrained:induction_heads: a previous-token head in layer 0 writes where an induction head in
+    layer 1 reads its keys. eap underrates those edges (a softmax near saturation); the default command
+    checks its top 20 by exact patching, warns where eap's sign or rank is wrong, and its circuit holds
+    a previous-token head -> induction head .k edge."""
+    numbers = _k_composition_in_the_default_circuit(script, "pretrained:induction_heads", tmp_path)
+    out = capsys.readouterr().out
     assert "warning: embed -> L1H0.k: eap +0.9575, exact patching -0.1506 (the signs differ" in out
     assert "warning: L0H0 -> L1H0.k: eap -0.0822, exact patching -0.2682 (eap ranks it 12th" in out
     assert len(numbers["warnings"]) == out.count("\nwarning: ")
@@ -265,3 +273,14 @@ def test_verify_with_an_exact_method_checks_nothing_and_ci_0_writes_no_interval(
     numbers = result.to_dict()
     assert result.check is None and numbers["verified"] == 0 and "ci" not in numbers
     assert sorted(result.graph.unit_names()[e] for e in result.circuit) == sorted(key.circuit)
+
+
+@pytest.mark.reproduce
+def test_a_freshly_trained_induction_model_shows_its_k_composition(script, tmp_path, monkeypatch):
+    """The shipped model's own command (models.json's overrides), trained again in full (2-4 minutes),
+    then the default circuit command: its circuit holds a K-composition edge, as the shipped one's does."""
+    monkeypatch.chdir(tmp_path)
+    overrides = pretrained.record("induction_heads")["overrides"]
+    run_training([*overrides, "hydra.run.dir=saved_models/induction_heads"], tmp_path, base=FULL)
+    best = tmp_path / "saved_models" / "induction_heads" / "checkpoints" / "best.ckpt"
+    _k_composition_in_the_default_circuit(script, str(best), tmp_path / "circuit")
