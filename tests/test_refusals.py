@@ -127,6 +127,49 @@ def test_an_unwritable_out_dir_is_refused_before_the_work(tmp_path, capsys):
         assert err.startswith(f"error: out_dir={out_dir}: the folder {tmp_path / 'a_file'} is a file")
 
 
+LONG = "y" * 5000  # longer than any file name the system allows (255 bytes)
+
+
+@pytest.mark.parametrize(
+    "tool, argv, exit_code, start",
+    [
+        ("interpret", ["ckpt_path=pretrained:reverse", "analysis=heads", f"out_dir={LONG}"], 2, "out_dir="),
+        ("explain", ["ckpt_path=pretrained:reverse", f"out_dir={LONG}/a"], 2, "out_dir="),
+        ("explore", ["ckpt_path=pretrained:reverse", f"out={LONG}.html"], 2, "out="),
+        ("export", ["ckpt_path=pretrained:reverse", "to=onnx", f"out={LONG}"], 2, "out="),
+        ("interpret", [f"ckpt_path={LONG}", "analysis=dynamics"], 2, "ckpt_path="),
+        ("interpret", [f"ckpt_path={LONG}", "analysis=heads"], 2, "checkpoint "),
+        ("explore", [f"ckpt_path={LONG}"], 2, "ckpt_path="),
+        ("summarize", [LONG], 1, LONG),
+        ("curves", [LONG, "metric=val/loss"], 1, LONG),
+    ],
+)
+def test_a_path_the_system_refuses_is_one_line_naming_it_with_the_fix(tool, argv, exit_code, start, capsys):
+    """A name too long for the file system (or a symlink loop, no permission, a full disk): the tool's own
+    check where it has one (exit 2), otherwise `cli.run`'s (exit 1); never a traceback."""
+    with pytest.raises(SystemExit) as exit_info:
+        run(load_script(tool).main, argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == exit_code and err.count("\n") == 1, err[-300:]
+    assert err.startswith(f"error: {start}") and "File name too long" in err, err[-300:]
+    assert err.rstrip().endswith(("use a shorter path", "cannot be read: File name too long")), err[-300:]
+
+
+@pytest.mark.parametrize("key", ["hydra.run.dir", "resume", "ckpt_path"])
+def test_train_refuses_a_path_the_system_refuses_in_one_line(key, tmp_path, monkeypatch, capsys):
+    """train.py's command line is checked before Hydra runs (train.prepare): exit 2, one line, no run."""
+    from transformer_lab import train as train_tool
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["train.py", f"{key}={LONG}"])
+    with pytest.raises(SystemExit) as exit_info:
+        train_tool.main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err[-300:]
+    assert err.rstrip().endswith("File name too long; use a shorter path") and LONG in err
+    assert list(tmp_path.iterdir()) == []  # no run directory
+
+
 def test_summarize_skips_a_run_whose_files_are_damaged(tmp_path, capsys):
     from omegaconf import OmegaConf
 

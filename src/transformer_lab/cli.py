@@ -7,6 +7,7 @@ PyTorch is loaded (scripts parse their arguments first and import the heavy modu
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import typing
@@ -18,6 +19,22 @@ from transformer_lab.errors import ConfigError, require
 
 if TYPE_CHECKING:
     import torch
+
+# What to do when the system refuses a path, by its error number; anything else: check the path.
+PATH_FIXES = {
+    errno.ENAMETOOLONG: "use a shorter path",
+    errno.EACCES: "choose a place you may read and write",
+    errno.EPERM: "choose a place you may read and write",
+    errno.EROFS: "choose a place that is not read-only",
+    errno.ENOSPC: "free some disk space or choose another disk",
+    errno.EDQUOT: "free some disk space or choose another disk",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+}
+
+
+def path_refused(exc: OSError) -> str:
+    """What the system said about a path, and what to do: `File name too long; use a shorter path`."""
+    return f"{exc.strerror or exc}; {PATH_FIXES.get(exc.errno, 'check the path')}"
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -64,8 +81,13 @@ def output_file(text: str, key: str, example: str) -> Path:
     written, and it is not a folder itself."""
     require(text.strip() != "", f"{key}= is empty; name the file to write, e.g. {key}={example}")
     path = Path(text).expanduser()
-    require(not path.is_dir(), f"{key}={text} is a folder; name a file in it, e.g. {key}={path / example}")
-    _require_writable(path.parent, key, text)
+    try:
+        require(
+            not path.is_dir(), f"{key}={text} is a folder; name a file in it, e.g. {key}={path / example}"
+        )
+        _require_writable(path.parent, key, text)
+    except OSError as exc:  # a name too long, a symlink loop, ...
+        raise ConfigError(f"{key}={text}: {path_refused(exc)}") from None
     return path
 
 
@@ -74,13 +96,16 @@ def output_dir(text: str, key: str) -> Path:
     it, or the nearest folder above it that exists, can be written."""
     require(text.strip() != "", f"{key}= is empty; name a folder to write into")
     path = Path(text).expanduser()
-    require(
-        not path.exists() or path.is_dir(), f"{key}={text} is a file, not a folder; choose another {key}="
-    )
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    _require_writable(existing, key, text)
+    try:
+        require(
+            not path.exists() or path.is_dir(), f"{key}={text} is a file, not a folder; choose another {key}="
+        )
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        _require_writable(existing, key, text)
+    except OSError as exc:  # a name too long, a symlink loop, ...
+        raise ConfigError(f"{key}={text}: {path_refused(exc)}") from None
     return path
 
 
@@ -120,7 +145,8 @@ def pick_device(name: str) -> torch.device:
 
 
 def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
-    """Call main(argv); a user mistake (ConfigError) prints `error: <message>` and exits 2, no traceback.
+    """Call main(argv); a user mistake (ConfigError) prints `error: <message>` and exits 2, no traceback;
+    a path the system refuses (too long, no permission, a full disk) one line naming it, exit 1.
     Output piped into a reader that stops early (`| head`) ends the script quietly."""
     try:
         main(argv)
@@ -130,3 +156,7 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
     except BrokenPipeError:
         sys.stderr.close()  # nothing more can be written; keep Python from reporting the broken pipe
         sys.exit(0)
+    except OSError as error:
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"error: {where}{path_refused(error)}", file=sys.stderr)
+        sys.exit(1)

@@ -11,12 +11,13 @@ Each file is an ordinary checkpoint (`transformer_lab.load(snapshot.path)`). Imp
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from transformer_lab import pretrained
-from transformer_lab.errors import require
+from transformer_lab.errors import ConfigError, require
 
 FOLDER = Path("checkpoints") / "snapshots"
 NAME = re.compile(r"step_(\d{8})\.ckpt")
@@ -30,10 +31,23 @@ class Snapshot:
     path: Path
 
 
+def local(location: str | Path) -> Path:
+    """The path a location names on this machine; a one-line error where the system cannot even look at
+    it (a name too long, a symlink loop, no permission), as for a checkpoint."""
+    path = Path(location).expanduser()
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"ckpt_path={location} cannot be read: {exc.strerror or exc}") from None
+    return path
+
+
 def folder(location: str | Path) -> Path | None:
     """The snapshots folder a location names: a run directory (its checkpoints/snapshots), the folder
     itself, or a checkpoint file of a run (best.ckpt, last.ckpt, a snapshot); None where there is none."""
-    path = Path(location).expanduser()
+    path = local(location)
     candidates = [path / FOLDER, path] if path.is_dir() else []
     if path.is_file():
         parent = path.parent
@@ -56,7 +70,12 @@ def find(location: str | Path) -> list[Snapshot]:
             f"of snapshots are {', '.join('pretrained:' + n for n in with_series) or 'none'}",
         )
     else:
-        require(Path(location).expanduser().exists(), f"ckpt_path={location} does not exist")
+        require(
+            not str(location).startswith("hf:"),
+            f"{location} is one set of weights, with no snapshots; pass the directory of a run trained with "
+            "the snapshots callback, or pretrained:induction_heads",
+        )
+        require(local(location).exists(), f"ckpt_path={location} does not exist")
         found = folder(location)
         require(
             found is not None,
@@ -73,8 +92,10 @@ def runs(location: str | Path) -> list[Path]:
     """The run directories with snapshots under a folder that has none of its own (a sweep of seeds:
     `python train.py -m ... seed=0,1,2`), in the order of their job numbers (2 before 10); [] for anything
     else."""
-    path = Path(location).expanduser()
-    if pretrained.is_pretrained(location) or not path.is_dir() or folder(path) is not None:
+    if pretrained.is_pretrained(location) or str(location).startswith("hf:"):
+        return []
+    path = local(location)
+    if not path.is_dir() or folder(path) is not None:
         return []
     found = [p.parent.parent for p in path.glob(f"*/{FOLDER}") if folder(p.parent.parent) is not None]
     return sorted(

@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from transformer_lab.cli import path_refused
 from transformer_lab.errors import ConfigError, Terminated, TrainingFailed
 from transformer_lab.training import console
 from transformer_lab.training.compose import CONFIG_MODULE, user_error
@@ -126,6 +127,10 @@ def main() -> None:
         argv = prepare(sys.argv[1:])
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as error:  # a path on the command line the system refuses: too long, no permission
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"error: {where}{path_refused(error)}", file=sys.stderr)
         sys.exit(2)
     sys.argv = [sys.argv[0], *argv]
     hydra_main()
