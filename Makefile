@@ -20,7 +20,7 @@ train: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)
 
-reproduce: $(STAMP)  # the docs' training runs in full, their printed numbers compared (minutes)
+reproduce: $(STAMP)  # the docs' training runs in full (numbers compared), bench --quick, circuits.md, a plain install (minutes)
 	$(PY) -m pytest -m reproduce $(ARGS)
 
 lint: $(STAMP)

@@ -60,6 +60,7 @@ def bench():
     return load_script("bench")
 
 
+@pytest.mark.reproduce
 def test_quick_benchmark_produces_every_figure(tmp_path, bench):
     """Every phase but threads, whose busy-machine runs take half a minute even quick (its table is
     test_the_threads_table_says_where_a_second_thread_pays), and the explorer, measured in-process by

@@ -1,8 +1,8 @@
 """docs/circuits.md is run: every command of its `<!-- output -->` blocks and every Python block, in a
 temporary directory, their output compared with the text the page shows (numbers within the tolerance it
-states, 2% for the Python blocks: threads move last digits), and the figures it shows exist. The one
-block that patches every one of Shakespeare's 532 edges exactly (20 s) runs with the training runs, in
-`make reproduce`."""
+states, 2% for the Python blocks: threads move last digits), and the figures it shows exist. About a
+minute (exact patching of Shakespeare's 532 edges among it): in `make reproduce`, with the page's training
+runs."""
 
 import contextlib
 import io
@@ -14,19 +14,6 @@ from tests.conftest import ROOT
 from tests.pages import differences, page_steps, printed_by, shown_outputs
 
 PAGE = ROOT / "docs" / "circuits.md"
-
-
-def patches_every_edge(code: str) -> bool:
-    """The block comparing EAP and EAP-IG with exact patching of every edge (Shakespeare's 532 among them)."""
-    return "circuits.score_patching(" in code
-
-
-def python_blocks(every_edge: bool) -> list[tuple[str, str]]:
-    """The page's Python blocks followed by their output: those that patch every edge, or the others."""
-    steps = page_steps(PAGE)
-    return [
-        (c, e) for k, c, e in steps if k == "python" and e is not None and patches_every_edge(c) == every_edge
-    ]
 
 
 def prints_what_the_page_shows(code: str, expected: str) -> list[str]:
@@ -49,7 +36,7 @@ def test_the_page_shows_its_figures_and_links():
     )
 
 
-@pytest.mark.slow
+@pytest.mark.reproduce
 def test_the_page_prints_what_it_shows(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     problems = []
@@ -58,8 +45,9 @@ def test_the_page_prints_what_it_shows(tmp_path, monkeypatch):
             continue  # trained in full: test_the_trained_runs_of_the_page_reproduce_its_numbers
         found = differences(expected, printed_by(commands, tmp_path, full=False), tolerance)
         problems += [f"{commands}\n{problem}" for problem in found]
-    for code, expected in python_blocks(every_edge=False):
-        problems += prints_what_the_page_shows(code, expected)
+    for kind, code, expected in page_steps(PAGE):
+        if kind == "python" and expected is not None:
+            problems += prints_what_the_page_shows(code, expected)
     assert not problems, "\n\n".join(problems)
     assert (tmp_path / "interpret_out" / "shakespeare" / "circuit.svg").is_file()
 
@@ -67,15 +55,11 @@ def test_the_page_prints_what_it_shows(tmp_path, monkeypatch):
 @pytest.mark.reproduce
 def test_the_trained_runs_of_the_page_reproduce_its_numbers(tmp_path, monkeypatch):
     """The pre-norm reverse and sort models, trained in full (minutes: pytest -m reproduce), then their
-    circuits, to the tolerance the page states; and the estimates against exact patching of every edge."""
+    circuits, to the tolerance the page states."""
     monkeypatch.chdir(tmp_path)
     problems = []
     for commands, expected, tolerance in shown_outputs(PAGE):
         if any(command.split()[1] == "train.py" for command in commands):
             found = differences(expected, printed_by(commands, tmp_path, full=True), tolerance)
             problems += [f"{commands}\n{problem}" for problem in found]
-    every_edge = python_blocks(every_edge=True)
-    assert every_edge, "the page's comparison with exact patching of every edge is gone: update this test"
-    for code, expected in every_edge:
-        problems += prints_what_the_page_shows(code, expected)
     assert not problems, "\n\n".join(problems)

@@ -71,7 +71,7 @@ def test_a_checkpoints_task_and_the_analyses_need_no_lightning():
     assert result.stdout.strip() == "['ablation', 'alignment', 'entropy'] ReverseDataModule True True"
 
 
-@pytest.mark.slow
+@pytest.mark.reproduce
 def test_a_plain_install_trains_from_any_directory(tmp_path):
     """`pip install .` (not editable): the configs ship inside the package. Built from a copy of the
     sources, so the build leaves nothing in the checkout."""
