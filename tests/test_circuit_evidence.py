@@ -277,10 +277,13 @@ def test_verify_with_an_exact_method_checks_nothing_and_ci_0_writes_no_interval(
 
 @pytest.mark.reproduce
 def test_a_freshly_trained_induction_model_shows_its_k_composition(script, tmp_path, monkeypatch):
-    """The shipped model's own command (models.json's overrides), trained again in full (2-4 minutes),
-    then the default circuit command: its circuit holds a K-composition edge, as the shipped one's does."""
+    """The shipped model's own command (models.json's overrides), trained again in full (1-3 minutes),
+    then the default circuit command: its circuit holds a K-composition edge, as the shipped one's does.
+    On one thread, as performance.md runs it: the same arithmetic on any machine; with two threads the
+    weights differ in their last digits and, as in other seeds, that edge may rank just past the
+    smallest faithful circuit (docs/circuits.md)."""
     monkeypatch.chdir(tmp_path)
-    overrides = pretrained.record("induction_heads")["overrides"]
+    overrides = [*pretrained.record("induction_heads")["overrides"], "threads=1"]
     run_training([*overrides, "hydra.run.dir=saved_models/induction_heads"], tmp_path, base=FULL)
     best = tmp_path / "saved_models" / "induction_heads" / "checkpoints" / "best.ckpt"
     _k_composition_in_the_default_circuit(script, str(best), tmp_path / "circuit")
