@@ -115,6 +115,42 @@ def test_ctrl_c_saves_last_checkpoint_and_says_how_to_resume(tmp_path):
     assert f"Saved {last} at step {interrupted_step}; resume with resume={run_dir}" in output
 
 
+@pytest.fixture
+def ctrl_c_as_in_a_terminal():
+    """SIGINT raises KeyboardInterrupt, as in a terminal (pytest started in the background ignores it);
+    restored afterwards (Lightning ignores SIGINT once it has handled one)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_stops_at_the_end_of_the_batch_and_twice_at_once(
+    tmp_path, monkeypatch, capsys, ctrl_c_as_in_a_terminal, presses
+):
+    original = TransformerPredictor.training_step
+
+    def pressed_during_step_3(self, batch, batch_idx):
+        if self.global_step == 3:
+            for _ in range(presses):
+                signal.raise_signal(signal.SIGINT)
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(TransformerPredictor, "training_step", pressed_during_step_3)
+    cfg = compose_train_config(tmp_path, "callbacks.last_checkpoint.every_n_train_steps=2")
+    with pytest.raises(SystemExit) as stopped:
+        train(cfg)
+    assert stopped.value.code == 1
+    # once: step 3 finishes (its optimizer step included) and the run stops after it; twice: inside it
+    saved = 4 if presses == 1 else 3
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["global_step"] == saved
+    out, err = capsys.readouterr()
+    assert f"Saved {last} at step {saved}; resume with resume={tmp_path}" in out
+    assert "Ctrl-C: stopping at the end of this batch (Ctrl-C again to stop at once)" in err
+    assert not (tmp_path / "metrics.json").exists()
+
+
 def test_a_diverged_run_is_one_line_exit_1_naming_what_was_kept(tmp_path):
     result = run_cli(
         "train.py", "experiment=reverse_tiny", "model.lr=1e30", "model.warmup=0", f"hydra.run.dir={tmp_path}"

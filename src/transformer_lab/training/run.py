@@ -55,9 +55,11 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     """Instantiate the Trainer with the config's callbacks and loggers, and pick device defaults:
     on CUDA, bf16-mixed precision where supported and TF32 matmuls. The console gets one line per
     validation; Lightning's model table gives way to train()'s one-line summary unless
-    `trainer.enable_model_summary=true`; the progress bar shows where someone watches (progress.py)."""
+    `trainer.enable_model_summary=true`; the progress bar shows where someone watches (progress.py);
+    Ctrl-C stops between batches (callbacks/ctrl_c.py)."""
     import torch
 
+    from transformer_lab.training.callbacks.ctrl_c import StopOnCtrlC
     from transformer_lab.training.checkpoint_io import AtomicCheckpointIO
     from transformer_lab.training.progress import ValidationLog, bar_only_where_watched
 
@@ -75,7 +77,7 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     trainer = instantiate(
         cfg.trainer,
         # Overfitting one batch is about the training metrics (train/acc must reach 1): show them too.
-        callbacks=[*callbacks, ValidationLog(console_metrics(cfg))],
+        callbacks=[*callbacks, ValidationLog(console_metrics(cfg)), StopOnCtrlC()],
         logger=loggers or False,
         plugins=[AtomicCheckpointIO()],
         **extra,

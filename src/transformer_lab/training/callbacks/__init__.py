@@ -10,6 +10,7 @@ fit_timer.py         where a run's time goes (the end-to-end benchmark)
 snapshots.py         the model at log-spaced steps, for analyses over time (checkpoints/snapshots/)
 phase_change.py      the step at which a validation metric changed fastest, printed at the end
 tensorboard.py       when the figure callbacks write
+ctrl_c.py            Ctrl-C stops the run at the end of a batch (always on: build_trainer adds it)
 """
 
 from transformer_lab.training.callbacks.attention_maps import AttentionMapCallback
