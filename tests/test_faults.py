@@ -151,6 +151,25 @@ def test_ctrl_c_stops_at_the_end_of_the_batch_and_twice_at_once(
     assert not (tmp_path / "metrics.json").exists()
 
 
+def test_ctrl_c_while_testing_stops_after_the_batch_without_metrics(
+    tmp_path, monkeypatch, ctrl_c_as_in_a_terminal
+):
+    original = TransformerPredictor.test_step
+    tested = []
+
+    def pressed_during_the_first_test_batch(self, batch, batch_idx):
+        tested.append(batch_idx)
+        if batch_idx == 0:
+            signal.raise_signal(signal.SIGINT)
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(TransformerPredictor, "test_step", pressed_during_the_first_test_batch)
+    with pytest.raises(SystemExit) as stopped:
+        train(compose_train_config(tmp_path))
+    assert stopped.value.code == 1 and tested == [0]  # the batch finished, the next never started
+    assert (tmp_path / "checkpoints" / "last.ckpt").exists() and not (tmp_path / "metrics.json").exists()
+
+
 def test_a_diverged_run_is_one_line_exit_1_naming_what_was_kept(tmp_path):
     result = run_cli(
         "train.py", "experiment=reverse_tiny", "model.lr=1e30", "model.warmup=0", f"hydra.run.dir={tmp_path}"

@@ -14,7 +14,7 @@ class StopOnCtrlC(L.Callback):
     (last.ckpt would then hold half-stepped weights) or inside a library's lock (TensorBoard's writer
     queue can lose the wake-up of its thread, and closing the logger then waits for the writer's
     120 s flush interval). So the first Ctrl-C only sets a flag and says so; the run raises
-    `KeyboardInterrupt` itself at the end of the training or validation batch, where Lightning's
+    `KeyboardInterrupt` itself at the end of the training, validation or test batch, where Lightning's
     handling (the callbacks' `on_exception`: last.ckpt; loggers closed; exit status 1) sees a
     consistent state. A second Ctrl-C stops at once, as Python would. Always on (`build_trainer`): it is
     how a run answers Ctrl-C, not a feature to configure. A process that ignores SIGINT (a background
@@ -34,7 +34,7 @@ class StopOnCtrlC(L.Callback):
                 "\nCtrl-C: stopping at the end of this batch (Ctrl-C again to stop at once)", file=sys.stderr
             )
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.requested = False
         self._says = trainer.is_global_zero
         in_main_thread = threading.current_thread() is threading.main_thread()
@@ -47,7 +47,7 @@ class StopOnCtrlC(L.Callback):
             self.requested = False
             raise KeyboardInterrupt
 
-    on_train_batch_end = on_validation_batch_end = on_train_end = _stop_if_asked
+    on_train_batch_end = on_validation_batch_end = on_test_batch_end = on_train_end = _stop_if_asked
 
     def _restore(self) -> None:
         if self._installed and signal.getsignal(signal.SIGINT) == self._ask:
