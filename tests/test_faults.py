@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import COMMON, ROOT, compose_train_config, run_cli
+from tests.conftest import COMMON, ROOT, TINY_REVERSE, compose_train_config, run_cli
 from transformer_lab import ConfigError, TransformerPredictor
-from transformer_lab.errors import TrainingDiverged
+from transformer_lab.errors import Terminated, TrainingDiverged
 from transformer_lab.train import train
 from transformer_lab.training.checkpoint_io import AtomicCheckpointIO
 
@@ -109,10 +109,15 @@ def test_ctrl_c_saves_last_checkpoint_and_says_how_to_resume(tmp_path):
         proc.send_signal(signal.SIGABRT)
         output, _ = proc.communicate(timeout=30)
         pytest.fail(f"the run did not stop within 60 s of Ctrl-C:\n{output[-6000:]}")
-    assert proc.returncode != 0, output[-2000:]
+    assert proc.returncode == 130, output[-2000:]  # 128 + SIGINT, as a shell reports Ctrl-C
     interrupted_step = torch.load(last, weights_only=True)["global_step"]
     assert interrupted_step > first_step
     assert f"Saved {last} at step {interrupted_step}; resume with resume={run_dir}" in output
+    stopped = (
+        f"error: stopped by Ctrl-C at step {interrupted_step} (last.ckpt holds step {interrupted_step}); "
+    )
+    assert f"{stopped}resume with resume={run_dir}" in output.splitlines()  # stdout and stderr: any order
+    assert "Traceback" not in output
 
 
 @pytest.fixture
@@ -138,9 +143,9 @@ def test_ctrl_c_stops_at_the_end_of_the_batch_and_twice_at_once(
 
     monkeypatch.setattr(TransformerPredictor, "training_step", pressed_during_step_3)
     cfg = compose_train_config(tmp_path, "callbacks.last_checkpoint.every_n_train_steps=2")
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(Terminated) as stopped:
         train(cfg)
-    assert stopped.value.code == 1
+    assert stopped.value.exit_status == 130
     # once: step 3 finishes (its optimizer step included) and the run stops after it; twice: inside it
     saved = 4 if presses == 1 else 3
     last = tmp_path / "checkpoints" / "last.ckpt"
@@ -148,6 +153,9 @@ def test_ctrl_c_stops_at_the_end_of_the_batch_and_twice_at_once(
     out, err = capsys.readouterr()
     assert f"Saved {last} at step {saved}; resume with resume={tmp_path}" in out
     assert "Ctrl-C: stopping at the end of this batch (Ctrl-C again to stop at once)" in err
+    assert str(stopped.value) == f"stopped by Ctrl-C at step {saved} (last.ckpt holds step {saved}); " + (
+        f"resume with resume={tmp_path}"
+    )
     assert not (tmp_path / "metrics.json").exists()
 
 
@@ -164,10 +172,28 @@ def test_ctrl_c_while_testing_stops_after_the_batch_without_metrics(
         return original(self, batch, batch_idx)
 
     monkeypatch.setattr(TransformerPredictor, "test_step", pressed_during_the_first_test_batch)
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(
+        Terminated, match=r"^stopped by Ctrl-C while testing; training had finished"
+    ) as stopped:
         train(compose_train_config(tmp_path))
-    assert stopped.value.code == 1 and tested == [0]  # the batch finished, the next never started
+    assert stopped.value.exit_status == 130 and tested == [0]  # the batch finished, the next never started
     assert (tmp_path / "checkpoints" / "last.ckpt").exists() and not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("where", ["transformer_lab.train.hydra_main", "transformer_lab.train.prepare"])
+def test_ctrl_c_before_training_is_one_line_and_leaves_no_run(where, tmp_path, monkeypatch, capsys):
+    from transformer_lab import train as train_tool
+
+    def pressed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, pressed)
+    monkeypatch.setattr(sys, "argv", ["train.py", *TINY_REVERSE, f"hydra.run.dir={tmp_path / 'run'}"])
+    with pytest.raises(SystemExit) as stopped:
+        train_tool.main()
+    assert stopped.value.code == 130
+    assert capsys.readouterr().err == "error: stopped by Ctrl-C before training began; nothing was kept\n"
+    assert list(tmp_path.iterdir()) == []  # no run directory left behind
 
 
 def test_a_diverged_run_is_one_line_exit_1_naming_what_was_kept(tmp_path):

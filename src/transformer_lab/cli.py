@@ -146,13 +146,16 @@ def pick_device(name: str) -> torch.device:
 
 def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
     """Call main(argv); a user mistake (ConfigError) prints `error: <message>` and exits 2, no traceback;
-    a path the system refuses (too long, no permission, a full disk) one line naming it, exit 1.
-    Output piped into a reader that stops early (`| head`) ends the script quietly."""
+    a path the system refuses (too long, no permission, a full disk) one line naming it, exit 1; Ctrl-C
+    one line, exit 130. Output piped into a reader that stops early (`| head`) ends the script quietly."""
     try:
         main(argv)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print("error: stopped by Ctrl-C", file=sys.stderr)
+        sys.exit(130)
     except BrokenPipeError:
         sys.stderr.close()  # nothing more can be written; keep Python from reporting the broken pipe
         sys.exit(0)

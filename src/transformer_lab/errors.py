@@ -4,8 +4,9 @@ ConfigError       a user's mistake (a value, a path, an argument, a file made by
                   before anything is run
 TrainingFailed    a run that could not go on (the loss diverged, the disk is full): exit 1, with what
                   was kept
-Terminated        a run asked to stop (SIGTERM: a scheduler's time limit, `kill`): last.ckpt saved,
-                  exit 143 (128 + 15, as a process the signal ended), saying how to resume
+Terminated        a run asked to stop (SIGTERM: a scheduler's time limit, `kill`; or Ctrl-C): last.ckpt
+                  saved, exit 143 or 130 (128 + the signal's number, as a process the signal ended),
+                  saying how to resume
 """
 
 from collections.abc import Iterator
@@ -27,9 +28,12 @@ class TrainingFailed(RuntimeError):
 
 
 class Terminated(RuntimeError):
-    """The run stopped on SIGTERM after saving last.ckpt; the message says how to resume it."""
+    """The run stopped on a signal (SIGTERM, or SIGINT: Ctrl-C) after saving last.ckpt; the message says
+    how to resume it. `exit_status` is 128 + the signal's number, as for a process the signal ended."""
 
-    exit_status = 143
+    def __init__(self, message: str, exit_status: int) -> None:
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 class TrainingDiverged(TrainingFailed):

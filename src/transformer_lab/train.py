@@ -50,7 +50,7 @@ def run_job(cfg: DictConfig) -> float | None:
     except Terminated as stop:  # the whole process was asked to stop: a sweep stops too
         log.info(f"error: {stop}", extra={"console": False})
         print(f"error: {stop}", file=sys.stderr)
-        sys.exit(Terminated.exit_status)
+        sys.exit(stop.exit_status)
     except TrainingFailed as failure:  # the run could not go on: one line, saying what was kept
         log.info(f"error: {failure}", extra={"console": False})
         if multirun:
@@ -125,6 +125,9 @@ def main() -> None:
     """`python train.py` / `python -m transformer_lab.train`: check, then hand over to Hydra."""
     try:
         argv = prepare(sys.argv[1:])
+    except KeyboardInterrupt:
+        print(f"error: {interrupted([])}", file=sys.stderr)
+        sys.exit(130)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -133,7 +136,24 @@ def main() -> None:
         print(f"error: {where}{path_refused(error)}", file=sys.stderr)
         sys.exit(2)
     sys.argv = [sys.argv[0], *argv]
-    hydra_main()
+    try:
+        hydra_main()
+    except KeyboardInterrupt:  # before fit or test began (they stop at a batch's end: callbacks/ctrl_c.py)
+        print(f"error: {interrupted(argv)}", file=sys.stderr)
+        sys.exit(130)
+
+
+def interrupted(argv: list[str]) -> str:
+    """The line for Ctrl-C outside Lightning's fit and test: a run directory that holds nothing of the run
+    yet is removed, as after a config error."""
+    given = [
+        a.split("=", 1)[1].strip("'\"") for a in argv if a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))
+    ]
+    if given:
+        remove_unused_run_dir(Path(given[-1]))
+        if Path(given[-1]).exists():
+            return f"stopped by Ctrl-C; what the run wrote is in {given[-1]}"
+    return "stopped by Ctrl-C before training began; nothing was kept"
 
 
 if __name__ == "__main__":

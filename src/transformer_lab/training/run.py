@@ -21,6 +21,7 @@ from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import Terminated, require
 from transformer_lab.files import write_text
 from transformer_lab.training import console
+from transformer_lab.training.callbacks.ctrl_c import StopOnCtrlC
 from transformer_lab.training.callbacks.phase_change import PhaseChange
 from transformer_lab.training.compose import instantiate
 from transformer_lab.training.datamodule import LightningTask
@@ -59,7 +60,6 @@ def build_trainer(cfg: DictConfig) -> L.Trainer:
     Ctrl-C stops between batches (callbacks/ctrl_c.py)."""
     import torch
 
-    from transformer_lab.training.callbacks.ctrl_c import StopOnCtrlC
     from transformer_lab.training.checkpoint_io import AtomicCheckpointIO
     from transformer_lab.training.progress import ValidationLog, bar_only_where_watched
 
@@ -183,7 +183,11 @@ def train(cfg: DictConfig) -> dict:
     try:
         results = fit_and_test(trainer, model, LightningTask(task), ckpt_path, test=cfg.get("test", True))
     except SIGTERMException:  # Lightning saw SIGTERM, ran the callbacks' on_exception (last.ckpt), stopped
-        raise Terminated(stopped_by_sigterm(trainer, output_dir)) from None
+        raise Terminated(stopped_by("SIGTERM", trainer, output_dir), exit_status=143) from None
+    except SystemExit:  # Lightning's exit after Ctrl-C, once the callbacks' on_exception saved last.ckpt
+        if not any(isinstance(c, StopOnCtrlC) and c.stopped for c in trainer.callbacks):
+            raise
+        raise Terminated(stopped_by("Ctrl-C", trainer, output_dir), exit_status=130) from None
     metrics = {k: v for k, v in results.items() if "/" in k}
     metrics.update(
         metric=cfg.metric,
@@ -231,19 +235,20 @@ def fit_and_test(
     }
 
 
-def stopped_by_sigterm(trainer: L.Trainer, output_dir: Path) -> str:
-    """The line for a run that SIGTERM stopped: where it stopped, what was saved, how to go on."""
+def stopped_by(cause: str, trainer: L.Trainer, output_dir: Path) -> str:
+    """The line for a run that a signal (`cause`: SIGTERM or Ctrl-C) stopped: where it stopped, what was
+    saved, how to go on."""
     from transformer_lab.training.callbacks import LastCheckpoint
 
     last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     saved = last.saved_step if last is not None else None
     if trainer.state.fn != "fit":
         return (
-            f"stopped by SIGTERM while testing; training had finished, its checkpoints are in "
+            f"stopped by {cause} while testing; training had finished, its checkpoints are in "
             f"{output_dir / 'checkpoints'}, no metrics.json was written"
         )
     kept = f"last.ckpt holds step {saved}" if saved is not None else "no checkpoint was saved yet"
-    return f"stopped by SIGTERM at step {trainer.global_step} ({kept}); resume with resume={output_dir}"
+    return f"stopped by {cause} at step {trainer.global_step} ({kept}); resume with resume={output_dir}"
 
 
 def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:

@@ -15,14 +15,16 @@ class StopOnCtrlC(L.Callback):
     queue can lose the wake-up of its thread, and closing the logger then waits for the writer's
     120 s flush interval). So the first Ctrl-C only sets a flag and says so; the run raises
     `KeyboardInterrupt` itself at the end of the training, validation or test batch, where Lightning's
-    handling (the callbacks' `on_exception`: last.ckpt; loggers closed; exit status 1) sees a
-    consistent state. A second Ctrl-C stops at once, as Python would. Always on (`build_trainer`): it is
-    how a run answers Ctrl-C, not a feature to configure. A process that ignores SIGINT (a background
-    job) or has its own handler keeps it.
+    handling (the callbacks' `on_exception`: last.ckpt; loggers closed) sees a consistent state;
+    `training.run` then ends the run with one line saying how to resume, exit status 130. A second
+    Ctrl-C stops at once, as Python would. Always on (`build_trainer`): it is how a run answers Ctrl-C,
+    not a feature to configure. A process that ignores SIGINT (a background job) or has its own handler
+    keeps it.
     """
 
     def __init__(self) -> None:
         self.requested = False
+        self.stopped = False  # whether Ctrl-C stopped the run (training.run turns that into one line)
         self._installed = False
         self._says = True  # DDP: rank zero says it, once
 
@@ -57,6 +59,7 @@ class StopOnCtrlC(L.Callback):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
+        self.stopped = isinstance(exception, KeyboardInterrupt)
         self._restore()
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
