@@ -36,6 +36,17 @@ def test_an_explicit_choice_always_wins(monkeypatch):
         limits.choose_threads(100_000)  # would start 100,000 OpenMP threads
 
 
+def test_a_deterministic_run_takes_one_thread_whatever_the_load(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for idle in (0.1, 2.0):
+        monkeypatch.setattr(limits, "free_cores", lambda idle=idle: (idle, 2))
+        assert limits.choose_threads("auto", deterministic=True) == (
+            1,
+            "auto, 1 for trainer.deterministic=true (threads=N for more)",
+        )
+    assert limits.choose_threads(2, deterministic=True) == (2, "threads=2")  # an explicit choice still wins
+
+
 def test_the_run_uses_and_reports_the_chosen_count(tmp_path, monkeypatch, caplog):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()

@@ -93,12 +93,16 @@ def free_cores(sample_seconds: float = 0.2) -> tuple[float, int]:
     return min(float(cores), idle), cores
 
 
-def choose_threads(requested: object = "auto", processes: int = 1) -> tuple[int, str]:
+def choose_threads(
+    requested: object = "auto", processes: int = 1, deterministic: bool = False
+) -> tuple[int, str]:
     """The torch threads to use, and why: an explicit number (`threads=N`), else `OMP_NUM_THREADS` if set,
     else `auto`: the cores that are idle now, shared by `processes` (DDP ranks). A busy machine (a
     browser, another run) then gets one thread per free core instead of torch's one per core, which
     collapses when the cores are taken (10-50x slower); on an idle machine a second thread pays even
-    for the smallest models here (scripts/bench.py --phases threads)."""
+    for the smallest models here (scripts/bench.py --phases threads). A `deterministic` run's `auto` is
+    one thread on any machine: the thread count splits sums differently, so the last digits of every
+    result would follow the machine's load."""
     if requested not in (None, "auto"):
         require(
             isinstance(requested, int) and not isinstance(requested, bool) and requested >= 1,
@@ -113,6 +117,8 @@ def choose_threads(requested: object = "auto", processes: int = 1) -> tuple[int,
         return int(requested), f"threads={requested}"
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         return int(os.environ["OMP_NUM_THREADS"]), f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
+    if deterministic:
+        return 1, "auto, 1 for trainer.deterministic=true (threads=N for more)"
     idle, cores = free_cores()
     share = max(1, processes)
     threads = max(1, min(cores // share, int(idle / share + 0.5)))

@@ -141,7 +141,8 @@ def use_threads(cfg: DictConfig) -> str:
     trainer = cfg.trainer
     ddp_on_cpu = str(trainer.get("strategy", "")).startswith("ddp") and str(trainer.accelerator) == "cpu"
     processes = int(trainer.devices) if ddp_on_cpu and str(trainer.devices).isdigit() else 1
-    count, why = choose_threads(cfg.get("threads", "auto"), processes)
+    deterministic = bool(trainer.get("deterministic"))
+    count, why = choose_threads(cfg.get("threads", "auto"), processes, deterministic)
     torch.set_num_threads(count)
     return f"{count} thread{'s' * (count != 1)}: {why}"
 
