@@ -100,6 +100,9 @@ BAD_INPUTS = [
     (["trainer.max_steps=ten"], "trainer.max_steps='ten' must be an integer"),
     (["trainer.val_check_interval=often"], "Invalid time format for `val_check_interval`: 'often'"),
     (["trainer.precision=17"], "trainer.precision=17 must be one of"),
+    (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0 must be a positive integer"),
+    (["trainer.check_val_every_n_epoch=0"], "trainer.check_val_every_n_epoch=0 must be a positive integer"),
+    (["trainer.gradient_clip_val=-1"], "trainer.gradient_clip_val=-1 must be at least 0 (0 or null: no"),
     (["+model.heads=4"], "model.heads is not a setting"),
     (
         ["task=sort", "model=encoder"],

@@ -219,6 +219,26 @@ def check_types(cfg: DictConfig) -> None:
         node = cfg.get(key)
         if isinstance(node, DictConfig):
             walk(OmegaConf.to_container(node, resolve=True), key)
+    trainer = cfg.get("trainer")
+    if isinstance(trainer, DictConfig):
+        check_trainer_ranges(OmegaConf.to_container(trainer, resolve=True))
+
+
+# Trainer settings Lightning takes without a check and then divides by, or reads a sign of as "off":
+# the least value each may have, and what the value means.
+TRAINER_MINIMUMS = {
+    "accumulate_grad_batches": (1, "a positive integer: the batches whose gradients make one step"),
+    "check_val_every_n_epoch": (1, "a positive integer (or null: validate by trainer.val_check_interval)"),
+    "gradient_clip_val": (0, "at least 0 (0 or null: no clipping)"),
+}
+
+
+def check_trainer_ranges(trainer: Mapping) -> None:
+    """The trainer's settings that have the right type but a value Lightning would divide by zero with
+    (`trainer.accumulate_grad_batches=0`) or silently ignore (a negative clipping value)."""
+    for key, (least, meaning) in TRAINER_MINIMUMS.items():
+        value = trainer.get(key)
+        require(value is None or value >= least, f"trainer.{key}={value} must be {meaning}")
 
 
 MAX_SEED = 2**32 - 1  # numpy's seeds (Lightning seeds numpy, random and torch with the same number)
