@@ -103,6 +103,10 @@ BAD_INPUTS = [
     (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0 must be a positive integer"),
     (["trainer.check_val_every_n_epoch=0"], "trainer.check_val_every_n_epoch=0 must be a positive integer"),
     (["trainer.gradient_clip_val=-1"], "trainer.gradient_clip_val=-1 must be at least 0 (0 or null: no"),
+    (["trainer.val_check_interval=0"], "trainer.val_check_interval=0 must be a share of an epoch in (0, 1]"),
+    (["trainer.limit_train_batches=0"], "no optimisation step to take: trainer.limit_train_batches=0 takes"),
+    (["trainer.max_steps=0"], "no optimisation step to take: trainer.max_steps=0; raise it"),
+    (["data.batch_size=1000"], "no optimisation step to take: data.batch_size=1000 is more than the"),
     (["+model.heads=4"], "model.heads is not a setting"),
     (
         ["task=sort", "model=encoder"],

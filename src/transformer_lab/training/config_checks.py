@@ -225,20 +225,31 @@ def check_types(cfg: DictConfig) -> None:
 
 
 # Trainer settings Lightning takes without a check and then divides by, or reads a sign of as "off":
-# the least value each may have, and what the value means.
-TRAINER_MINIMUMS = {
-    "accumulate_grad_batches": (1, "a positive integer: the batches whose gradients make one step"),
-    "check_val_every_n_epoch": (1, "a positive integer (or null: validate by trainer.val_check_interval)"),
-    "gradient_clip_val": (0, "at least 0 (0 or null: no clipping)"),
+# what a value must be, as a test and in words.
+TRAINER_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "accumulate_grad_batches": (
+        lambda v: v >= 1,
+        "a positive integer: the batches whose gradients make one step",
+    ),
+    "check_val_every_n_epoch": (
+        lambda v: v >= 1,
+        "a positive integer (or null: validate by trainer.val_check_interval)",
+    ),
+    "val_check_interval": (
+        lambda v: v > 0,
+        "a share of an epoch in (0, 1], a number of batches, or a time DD:HH:MM:SS",
+    ),
+    "gradient_clip_val": (lambda v: v >= 0, "at least 0 (0 or null: no clipping)"),
 }
 
 
 def check_trainer_ranges(trainer: Mapping) -> None:
     """The trainer's settings that have the right type but a value Lightning would divide by zero with
     (`trainer.accumulate_grad_batches=0`) or silently ignore (a negative clipping value)."""
-    for key, (least, meaning) in TRAINER_MINIMUMS.items():
+    for key, (allowed, meaning) in TRAINER_RANGES.items():
         value = trainer.get(key)
-        require(value is None or value >= least, f"trainer.{key}={value} must be {meaning}")
+        numeric = isinstance(value, int | float)  # other types: check_types has judged them
+        require(not numeric or allowed(value), f"trainer.{key}={value} must be {meaning}")
 
 
 MAX_SEED = 2**32 - 1  # numpy's seeds (Lightning seeds numpy, random and torch with the same number)

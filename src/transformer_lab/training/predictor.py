@@ -217,14 +217,22 @@ class TransformerPredictor(L.LightningModule):
         if not math.isfinite(max_iters):
             raise ConfigError("cannot infer model.max_iters: set model.max_iters or trainer.max_steps")
         if max_iters <= 0:
-            task = task_of(self.trainer)
-            raise ConfigError(
-                "training has no optimisation step to take: "
-                f"data.batch_size={getattr(task, 'batch_size', '?')} is more than the training examples "
-                "(a batch must be full); lower data.batch_size"
-            )
+            raise ConfigError(f"training has no optimisation step to take: {self._why_no_step()}")
         scheduler = CosineWarmupScheduler(optimizer, warmup=self.hparams.warmup, max_iters=int(max_iters))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def _why_no_step(self) -> str:
+        """Which setting leaves training without a step, and its fix."""
+        trainer = self.trainer
+        if trainer.max_steps == 0:
+            return "trainer.max_steps=0; raise it (or -1: as many as trainer.max_epochs take)"
+        if trainer.limit_train_batches == 0:
+            return f"trainer.limit_train_batches={trainer.limit_train_batches} takes no batch; raise it"
+        batch_size = getattr(task_of(trainer), "batch_size", "?")
+        return (
+            f"data.batch_size={batch_size} is more than the training examples (a batch must be full); "
+            "lower data.batch_size"
+        )
 
 
 def _check_training_hparams(h: Mapping) -> None:
