@@ -145,6 +145,8 @@ def test_sample_without_the_data_file(shakespeare_run, tmp_path):
         (["max_new_tokens=1000000000"], "max_new_tokens=1000000000 must be an integer from 0 to 100000"),
         (["num_samples=10000000"], "num_samples=10000000 must be an integer from 1 to 1000"),
         (["colour=red"], "unknown argument 'colour=red'"),
+        (["seed=-1"], "seed=-1 is out of range; use an integer from 0 to 4294967295"),
+        (["seed=99999999999999999999999"], "seed=99999999999999999999999 is out of range"),
     ],
 )
 def test_sample_bad_arguments(shakespeare_run, sample_script, capsys, args, message):

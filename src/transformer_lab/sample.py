@@ -37,7 +37,7 @@ KEYS = {
     "temperature": "softmax temperature; 0 = greedy (default 0.8)",
     "top_k": "sample among the k most likely tokens (default 40; null = all)",
     "top_p": "nucleus sampling: smallest set with this much probability (default null)",
-    "seed": "random seed (default 7)",
+    "seed": "random seed (default 7; null: a random one)",
     "num_samples": f"how many independent samples (default 1; at most {MAX_SAMPLES})",
     "use_cache": "true | false: KV cache (default true)",
     "device": "auto | cpu | cuda | mps (default auto)",
@@ -62,6 +62,8 @@ def continue_text(checkpoint: Checkpoint, args: dict[str, str]) -> None:
     """Sample `num_samples` continuations of `prompt=` and print them (one sample as it is written)."""
     import torch
 
+    from transformer_lab.training.config_checks import check_seed
+
     model = checkpoint.model
     require(
         model.decoder_only,
@@ -84,7 +86,13 @@ def continue_text(checkpoint: Checkpoint, args: dict[str, str]) -> None:
     require(use_cache in ("true", "false"), f"use_cache={use_cache} must be true or false")
 
     device = checkpoint.device
-    generator = torch.Generator(device=device).manual_seed(to_number(args, "seed", int, 7) or 0)
+    seed = to_number(args, "seed", int, 7)
+    check_seed(seed)
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
     ids = checkpoint.tokenizer.encode(prompt).to(device).unsqueeze(0).repeat(num_samples, 1)
     streaming = num_samples == 1
 

@@ -259,7 +259,11 @@ def check_top_level(values: Mapping) -> None:
     """The top-level settings (`seed`, `test`, `ckpt_path`, `resume`, `threads`): their types, and a seed
     every generator takes."""
     check_values(TOP_LEVEL_TYPES, {k: v for k, v in values.items() if k in TOP_LEVEL_TYPES}, "")
-    seed = values.get("seed")
+    check_seed(values.get("seed"))
+
+
+def check_seed(seed: int | None) -> None:
+    """A seed every generator takes (train.py's `seed=`, sample's), or None for a random one."""
     require(
         seed is None or 0 <= seed <= MAX_SEED,
         f"seed={seed} is out of range; use an integer from 0 to {MAX_SEED} (or seed=null for a random one)",
