@@ -180,6 +180,25 @@ def test_ctrl_c_while_testing_stops_after_the_batch_without_metrics(
     assert (tmp_path / "checkpoints" / "last.ckpt").exists() and not (tmp_path / "metrics.json").exists()
 
 
+def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(
+    tmp_path, monkeypatch, ctrl_c_as_in_a_terminal
+):
+    original = TransformerPredictor.validation_step
+
+    def pressed_during_the_sanity_check(self, batch, batch_idx):
+        if self.trainer.sanity_checking:
+            signal.raise_signal(signal.SIGINT)
+        return original(self, batch, batch_idx)
+
+    monkeypatch.setattr(TransformerPredictor, "validation_step", pressed_during_the_sanity_check)
+    with pytest.raises(Terminated) as stopped:
+        train(compose_train_config(tmp_path))
+    assert str(stopped.value) == (
+        "stopped by Ctrl-C at step 0, before any checkpoint was saved; nothing to resume: start the run again"
+    )
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+
+
 @pytest.mark.parametrize("where", ["transformer_lab.train.hydra_main", "transformer_lab.train.prepare"])
 def test_ctrl_c_before_training_is_one_line_and_leaves_no_run(where, tmp_path, monkeypatch, capsys):
     from transformer_lab import train as train_tool

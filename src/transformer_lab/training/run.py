@@ -248,8 +248,15 @@ def stopped_by(cause: str, trainer: L.Trainer, output_dir: Path) -> str:
             f"stopped by {cause} while testing; training had finished, its checkpoints are in "
             f"{output_dir / 'checkpoints'}, no metrics.json was written"
         )
-    kept = f"last.ckpt holds step {saved}" if saved is not None else "no checkpoint was saved yet"
-    return f"stopped by {cause} at step {trainer.global_step} ({kept}); resume with resume={output_dir}"
+    if saved is None:
+        return (
+            f"stopped by {cause} at step {trainer.global_step}, before any checkpoint was saved; nothing to "
+            "resume: start the run again"
+        )
+    return (
+        f"stopped by {cause} at step {trainer.global_step} (last.ckpt holds step {saved}); "
+        f"resume with resume={output_dir}"
+    )
 
 
 def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_dir: Path) -> None:
