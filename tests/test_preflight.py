@@ -364,3 +364,27 @@ def test_a_shared_file_cannot_move_the_token_cache_out_of_the_project(tmp_path):
     )
     argv = prepare(["task=text", f"data.cache_dir={tmp_path / 'cache'}", run])
     assert argv[-1] == run
+
+
+def test_a_mistake_leaves_no_run_behind_and_removes_nothing_it_did_not_make(tmp_path):
+    """After a config error (run_job): a run directory this process made goes, with the TensorBoard file a
+    fit writes as it starts; a folder that was there keeps everything in it but this attempt's log."""
+    from transformer_lab.training import run_dir
+
+    try:
+        made = run_dir.claim(tmp_path / "runs" / "new", explicit=True, resuming=False)
+        (made / ".hydra").mkdir()
+        (made / "train.log").write_text("error: ...\n")
+        (made / "events.out.tfevents.1795742361.host.1.0").write_bytes(b"")
+        run_dir.remove_unused_run_dir(made)
+        assert not (tmp_path / "runs").exists()  # and saved_models/<task>/, made for it too
+
+        mine = tmp_path / "mine"
+        mine.mkdir()
+        (mine / "events.out.tfevents.1.host.1.0").write_bytes(b"someone's curves")
+        claimed = run_dir.claim(mine, explicit=True, resuming=False)
+        (claimed / "train.log").write_text("error: ...\n")
+        run_dir.remove_unused_run_dir(claimed)
+        assert (mine / "events.out.tfevents.1.host.1.0").read_bytes() == b"someone's curves"
+    finally:
+        run_dir.release_all()

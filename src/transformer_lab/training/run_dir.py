@@ -108,7 +108,7 @@ def claim(directory: Path, explicit: bool, resuming: bool) -> Path:
                 f"resume={candidate}"
             )
         if not taken:
-            made = [candidate, *(p for p in candidate.parents if not p.exists())]
+            made = [p for p in (candidate, *candidate.parents) if not p.exists()]
             candidate.mkdir(parents=True, exist_ok=True)
             _created.update(path for path in made if path.is_dir())
             fd = _lock(candidate)
@@ -172,10 +172,19 @@ def record_resume(directory: Path, command_line: list[str]) -> None:
 
 def remove_unused_run_dir(output_dir: Path) -> None:
     """After a config error: remove the run directory made for this run if it holds nothing but Hydra's
-    own files (`.hydra/`, the log), so a mistake leaves no run behind for summarize.py to list. A
-    directory this process did not make keeps itself (its `.hydra/` and log of this attempt go)."""
-    if not output_dir.is_dir() or not {p.name for p in output_dir.iterdir()} <= {".hydra", "train.log"}:
+    own files (`.hydra/`, the log) and, in a directory this process made, the TensorBoard files a fit
+    writes as it starts (a mistake found then, such as a batch larger than the data), so a mistake leaves
+    no run behind for summarize.py to list. A directory this process did not make keeps itself and its
+    files (its `.hydra/` and log of this attempt go)."""
+    if not output_dir.is_dir():
         return
+    names = {p.name for p in output_dir.iterdir()}
+    made_here = output_dir.resolve() in {p.resolve() for p in _created}
+    starts = {n for n in names if made_here and (n.startswith("events.out.tfevents.") or n == "hparams.yaml")}
+    if not names - starts <= {".hydra", "train.log"}:
+        return
+    for name in starts:
+        (output_dir / name).unlink(missing_ok=True)
     shutil.rmtree(output_dir / ".hydra", ignore_errors=True)
     (output_dir / "train.log").unlink(missing_ok=True)
     for made in sorted(_created, key=lambda p: len(p.parts), reverse=True):  # the deepest first
