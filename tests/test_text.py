@@ -259,7 +259,7 @@ def test_jsonl_and_parquet_without_the_text_are_refused(tmp_path):
     bad.write_text('{"body": "fine"}\n')
     assert "has no field 'text' (it has: body); set data.text_key=" in _refused(tmp_path, path=str(bad))
     bad.write_text('{"text": 3}\n')
-    assert "'text' is not a string (a int)" in _refused(tmp_path, path=str(bad))
+    assert "'text' is not a string (a number)" in _refused(tmp_path, path=str(bad))
     pq.write_table(pa.table({"body": ["a b c"]}), tmp_path / "p.parquet")
     assert "has no column 'text' (it has: body)" in _refused(tmp_path, path=str(tmp_path / "p.parquet"))
     (tmp_path / "q.parquet").write_bytes(b"PAR1 not really")

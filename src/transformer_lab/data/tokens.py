@@ -31,6 +31,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import sys
@@ -54,10 +55,13 @@ from transformer_lab.limits import size_text
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: words of more than corpus.MAX_RUN characters cut (a corpus without whitespace)
 MAX_META = 1 << 20  # a meta.json is a few hundred bytes
 READ_CHUNK = 1 << 22  # bytes per read when a file's sha256 is checked
 ENCODE_CHARS = 1 << 20  # characters of text encoded per call of the tokenizer (on every core)
+LONG_WORD_CHARS = 64  # words this long almost never repeat: the BPE trainer keeps each one it sees
+LONG_WORD = re.compile(rf"\S{{{LONG_WORD_CHARS},}}")
+MAX_LONG_WORDS = 8_000_000  # characters of such words the BPE learns from (~50 bytes of memory each)
 DEFAULT_CACHE = Path("data") / "cache"  # relative to the working directory, as saved_models/ is
 
 
@@ -206,7 +210,12 @@ def locked(root: Path, name: str) -> Iterator[None]:
 
 def write_entry(root: Path, name: str, key: str, write: Callable[[Path], dict]) -> dict:
     """Make the entry `<root>/<name>`: `write(folder)` fills a temporary folder and returns what meta.json
-    says besides the files' sizes and sha256s; the folder is renamed into place (replacing a stale one)."""
+    says besides the files' sizes and sha256s; the folder is renamed into place (replacing a stale one).
+    The caller holds the entry's lock, so a temporary folder of the same entry left by a write that was
+    killed (SIGKILL runs no cleanup) is nobody's: it is removed first."""
+    for stale in root.glob(f".{glob_escape(name)}.*.tmp"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.", suffix=".tmp"))
     try:
         meta = {"format": FORMAT, "key": key, **write(tmp)}
@@ -228,6 +237,10 @@ def write_entry(root: Path, name: str, key: str, write: Callable[[Path], dict]) 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return meta
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def cached(
@@ -258,7 +271,8 @@ def corpus_tokenizer(root: Path, kind: str, corpus: Corpus, vocab_size: int) -> 
     trained on it) from the cache, made and cached if it is not there; and a line saying which."""
     started = time.perf_counter()
     if kind == "bpe":
-        key = hashlib.sha256(f"bpe|{corpus.sha256}|{corpus.text_key}|{vocab_size}".encode()).hexdigest()
+        key = f"bpe|{FORMAT}|{corpus.sha256}|{corpus.text_key}|{vocab_size}"
+        key = hashlib.sha256(key.encode()).hexdigest()
         name = f"bpe-{key[:24]}"
 
         def read(folder: Path, meta: dict) -> BPETokenizer:
@@ -277,9 +291,21 @@ def corpus_tokenizer(root: Path, kind: str, corpus: Corpus, vocab_size: int) -> 
 
         def build() -> Callable[[Path], dict]:
             def write(folder: Path) -> dict:
-                tokenizer = train_bpe(corpus.texts(), vocab_size)
+                left_out = [0]
+                tokenizer = train_bpe(bpe_training_texts(corpus.texts(), left_out), vocab_size)
                 (folder / "tokenizer.json").write_text(tokenizer.json)
-                return {"kind": "bpe", "vocab_size": len(tokenizer), "corpus_sha256": corpus.sha256}
+                if left_out[0]:
+                    log.info(
+                        f"The BPE learned from the corpus but {count(left_out[0])} characters of words of "
+                        f"{LONG_WORD_CHARS}+ characters, past the first {count(MAX_LONG_WORDS)} "
+                        "(each such word is new to the trainer and costs it memory)"
+                    )
+                return {
+                    "kind": "bpe",
+                    "vocab_size": len(tokenizer),
+                    "corpus_sha256": corpus.sha256,
+                    "long_words_left_out": left_out[0],
+                }
 
             return write
 
@@ -320,6 +346,27 @@ def corpus_tokenizer(root: Path, kind: str, corpus: Corpus, vocab_size: int) -> 
     tokenizer, built, _ = cached(root, name, key, read, build)
     how = f"built in {time.perf_counter() - started:.1f} s" if built else "cached"
     return tokenizer, f"{kind}, {len(tokenizer)} tokens ({how}: {root / name})"
+
+
+def bpe_training_texts(texts: Iterator[str], left_out: list[int]) -> Iterator[str]:
+    """The text the BPE trainer learns from: all of it, but the words of 64 or more characters past the
+    first `MAX_LONG_WORDS` characters of them (each becomes a space; `left_out[0]` counts them).
+
+    The trainer keeps every distinct word it sees, about 50 bytes per character. Words of prose repeat,
+    so their count grows slowly with the corpus; words of 64+ characters (a corpus without whitespace,
+    cut into words of `corpus.MAX_RUN`; URLs; base64) are nearly all distinct, and 200 MB of them would
+    take 10 GB. The merges of a vocabulary are learned long before the first 8 M characters of such words
+    are seen, so memory stays flat for any corpus. Encoding still reads every character."""
+    seen = 0
+    for text in texts:
+        if seen >= MAX_LONG_WORDS:
+            kept = LONG_WORD.sub(" ", text)
+            left_out[0] += len(text) - len(kept)
+            text = kept
+        else:
+            seen += sum(len(word) for word in LONG_WORD.findall(text))
+        if text.strip():
+            yield text
 
 
 def file_text(fd: int, path: Path) -> str:
@@ -434,6 +481,9 @@ def token_file(root: Path, corpus: Corpus, tokenizer: AnyTokenizer) -> tuple[Tok
     started = time.perf_counter()
     tokens, built, _ = cached(root, name, key, read, build)
     documents = f"{tokens.num_documents} document{'s' * (tokens.num_documents != 1)}"
+    empty = tokens.meta.get("empty_records", 0)
+    if isinstance(empty, int) and empty > 0:
+        documents += f" ({empty} record{'s' * (empty != 1)} without text skipped)"
     if not built:
         return tokens, f"{count(tokens.num_tokens)} tokens of {documents}, cached"
     seconds = max(time.perf_counter() - started, 1e-9)
@@ -517,6 +567,7 @@ def write_tokens(folder: Path, corpus: Corpus, tokenizer: AnyTokenizer, dtype: n
         "num_tokens": num_tokens,
         "num_documents": num_documents,
         "seconds": round(time.perf_counter() - started, 3),
+        "empty_records": corpus.empty_records,
         "corpus": corpus.path,
         "corpus_sha256": corpus.sha256,
         "tokenizer": tokenizer.fingerprint,
