@@ -61,7 +61,7 @@ READ_CHUNK = 1 << 22  # bytes per read when a file's sha256 is checked
 ENCODE_CHARS = 1 << 20  # characters of text encoded per call of the tokenizer (on every core)
 LONG_WORD_CHARS = 64  # words this long almost never repeat: the BPE trainer keeps each one it sees
 LONG_WORD = re.compile(rf"\S{{{LONG_WORD_CHARS},}}")
-MAX_LONG_WORDS = 8_000_000  # characters of such words the BPE learns from (~50 bytes of memory each)
+MAX_LONG_WORDS = 2_000_000  # characters of such words the BPE learns from (~50 bytes of memory each)
 DEFAULT_CACHE = Path("data") / "cache"  # relative to the working directory, as saved_models/ is
 
 
@@ -355,8 +355,8 @@ def bpe_training_texts(texts: Iterator[str], left_out: list[int]) -> Iterator[st
     The trainer keeps every distinct word it sees, about 50 bytes per character. Words of prose repeat,
     so their count grows slowly with the corpus; words of 64+ characters (a corpus without whitespace,
     cut into words of `corpus.MAX_RUN`; URLs; base64) are nearly all distinct, and 200 MB of them would
-    take 10 GB. The merges of a vocabulary are learned long before the first 8 M characters of such words
-    are seen, so memory stays flat for any corpus. Encoding still reads every character."""
+    take 10 GB. So the merges of such text are learned from its first 2 M characters, and memory stays
+    flat for any corpus; encoding still reads every character."""
     seen = 0
     for text in texts:
         if seen >= MAX_LONG_WORDS:
