@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import stat
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +51,7 @@ from transformer_lab.data.tokenizer import (
 )
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.limits import size_text
+from transformer_lab.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,9 @@ def corpus_tokenizer(root: Path, kind: str, corpus: Corpus, vocab_size: int) -> 
         def build() -> Callable[[Path], dict]:
             def write(folder: Path) -> dict:
                 left_out = [0]
-                tokenizer = train_bpe(bpe_training_texts(corpus.texts(), left_out), vocab_size)
+                reading = Progress("Reading the corpus for the BPE", corpus.total_bytes, "MB", 1e6)
+                tokenizer = train_bpe(bpe_training_texts(corpus.pieces(), left_out, reading), vocab_size)
+                reading.close(f"Trained the BPE of {len(tokenizer)} tokens in {reading.elapsed:.1f} s")
                 (folder / "tokenizer.json").write_text(tokenizer.json)
                 if left_out[0]:
                     log.info(
@@ -348,9 +350,11 @@ def corpus_tokenizer(root: Path, kind: str, corpus: Corpus, vocab_size: int) -> 
     return tokenizer, f"{kind}, {len(tokenizer)} tokens ({how}: {root / name})"
 
 
-def bpe_training_texts(texts: Iterator[str], left_out: list[int]) -> Iterator[str]:
+def bpe_training_texts(pieces: Iterator[Piece], left_out: list[int], progress: Progress) -> Iterator[str]:
     """The text the BPE trainer learns from: all of it, but the words of 64 or more characters past the
-    first `MAX_LONG_WORDS` characters of them (each becomes a space; `left_out[0]` counts them).
+    first `MAX_LONG_WORDS` characters of them (each becomes a space; `left_out[0]` counts them). The
+    trainer reads it as it counts words (`progress` shows how far), then learns the merges at the end,
+    saying nothing until it is done: a line says so when the text is read.
 
     The trainer keeps every distinct word it sees, about 50 bytes per character. Words of prose repeat,
     so their count grows slowly with the corpus; words of 64+ characters (a corpus without whitespace,
@@ -358,15 +362,19 @@ def bpe_training_texts(texts: Iterator[str], left_out: list[int]) -> Iterator[st
     take 10 GB. So the merges of such text are learned from its first 2 M characters, and memory stays
     flat for any corpus; encoding still reads every character."""
     seen = 0
-    for text in texts:
+    for piece in pieces:
+        text = piece.text
         if seen >= MAX_LONG_WORDS:
             kept = LONG_WORD.sub(" ", text)
             left_out[0] += len(text) - len(kept)
             text = kept
         else:
             seen += sum(len(word) for word in LONG_WORD.findall(text))
+        progress.update(piece.nbytes)
         if text.strip():
             yield text
+    read = f"{progress.done / 1e6:.1f} MB in {progress.elapsed:.0f} s"
+    progress.close(f"Training the BPE: read {read}; learning the merges")
 
 
 def file_text(fd: int, path: Path) -> str:
@@ -523,22 +531,12 @@ def _batches(pieces: Iterator[Piece]) -> Iterator[list[Piece]]:
 
 def write_tokens(folder: Path, corpus: Corpus, tokenizer: AnyTokenizer, dtype: np.dtype) -> dict:
     """Tokenize the corpus into `folder`'s tokens.bin and documents.bin, a group of pieces at a time
-    (memory stays flat), with a progress bar on a terminal: bytes read, MB/s and tokens/s."""
-    from tqdm import tqdm
-
+    (memory stays flat), showing its progress (a bar on a terminal, a line every few seconds in a log):
+    bytes read, MB/s, tokens/s and the time left."""
     eot = tokenizer.eot_id
     started = time.perf_counter()
     num_tokens, num_documents = 0, 0
-    bar = tqdm(
-        total=corpus.total_bytes,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1000,
-        desc="Tokenizing",
-        disable=None,
-        file=sys.stderr,
-        leave=False,
-    )
+    progress = Progress("Tokenizing", total=corpus.total_bytes, unit="MB", scale=1e6)
     with open(folder / "tokens.bin", "wb") as tokens, open(folder / "documents.bin", "wb") as documents:
         documents.write(np.zeros(1, dtype="<u8").tobytes())
         for group in _batches(corpus.pieces()):
@@ -554,10 +552,9 @@ def write_tokens(folder: Path, corpus: Corpus, tokenizer: AnyTokenizer, dtype: n
                 if piece.last:
                     documents.write(np.array([num_tokens], dtype="<u8").tobytes())
                     num_documents += 1
-                bar.update(piece.nbytes)
             elapsed = max(time.perf_counter() - started, 1e-9)
-            bar.set_postfix_str(f"{count(num_tokens / elapsed)} tokens/s", refresh=False)
-    bar.close()
+            progress.update(sum(p.nbytes for p in group), f"{count(num_tokens / elapsed)} tokens/s")
+    progress.close()
     require(
         num_tokens > 0,
         f"data.path={corpus.path} holds no text (every document is empty); point it at files with text",
