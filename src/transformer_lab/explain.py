@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, pick_device, run
+from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, starting
 from transformer_lab.deprecated import forward
 from transformer_lab.errors import require
 from transformer_lab.files import write_figure
@@ -161,7 +161,9 @@ def explain_checkpoint(args: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    explain_checkpoint(parse_args(argv))
+    args = parse_args(argv)
+    starting(f"Loading {args['ckpt_path']}")
+    explain_checkpoint(args)
 
 
 if __name__ == "__main__":

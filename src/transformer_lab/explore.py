@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_file, parse_key_values, pick_device, run
+from transformer_lab.cli import output_file, parse_key_values, pick_device, run, starting
 from transformer_lab.errors import ConfigError, as_config_error, require
 
 if TYPE_CHECKING:
@@ -172,7 +172,9 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    explore_checkpoint(parse_args(argv))
+    args = parse_args(argv)
+    starting(f"Loading {args['ckpt_path']} for the page")
+    explore_checkpoint(args)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, run
+from transformer_lab.cli import output_dir, parse_key_values, run, starting
 from transformer_lab.errors import ConfigError, require
 
 if TYPE_CHECKING:
@@ -102,11 +102,13 @@ def export(checkpoint: Checkpoint, to: str, out: Path, prompt: str | None = None
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = output_dir(args["out"], "out")
-    from transformer_lab.checkpoint import load
     from transformer_lab.files import replacing_folder, require_replaceable
 
     overwrite = args.get("overwrite") == "true"
     require_replaceable(out, "out", WRITES[args["to"]], overwrite)  # before the model is read
+    starting(f"Loading {args['ckpt_path']} to export it to {args['to']}")
+    from transformer_lab.checkpoint import load
+
     checkpoint = load(args["ckpt_path"], device="cpu")
     with replacing_folder(out, "out", WRITES[args["to"]], overwrite) as folder:
         lines = export(checkpoint, args["to"], folder, args.get("prompt"))

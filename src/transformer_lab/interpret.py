@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, to_number
+from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, starting, to_number
 from transformer_lab.errors import as_config_error, require
 from transformer_lab.files import write_figure, write_text
 
@@ -409,7 +409,9 @@ def interpret(args: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    interpret(parse_args(argv))
+    args = parse_args(argv)
+    starting(f"Loading {args['ckpt_path']} for analysis={args['analysis']}")
+    interpret(args)
 
 
 if __name__ == "__main__":
