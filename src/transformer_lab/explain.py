@@ -132,8 +132,9 @@ def explain_checkpoint(args: dict[str, str]) -> None:
                     colorbar_label="attention weight",
                 )
     output_axis = "output: predicted next token" if model.generates and reads_source == "self" else "output"
+    through = "; Chefer et al. through cross-attention" if reads_source == "cross" else ""
     for name, matrix, title in (
-        ("rollout", rollout, "Attention rollout (Abnar & Zuidema; Chefer et al. through cross-attention)"),
+        ("rollout", rollout, f"Attention rollout (Abnar & Zuidema{through})"),
         ("gradient_attention", relevance, "Gradient-weighted attention (Chefer et al.)"),
     ):
         figures_by_file[name] = figures.token_map(
