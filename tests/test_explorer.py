@@ -482,3 +482,28 @@ def test_script_on_a_shipped_series_slides_over_its_snapshots(script, tmp_path, 
     assert f"a step slider over {len(steps)} checkpoints" in capsys.readouterr().out
     live = page_data(out.read_text())["live"]["series"]
     assert live["steps"] == sorted(steps) and live["current"] == len(steps) - 1
+
+
+def test_a_named_checkpoint_file_is_its_own_page_and_a_run_directory_slides(script, tmp_path, capsys):
+    """`ckpt_path=<run>/checkpoints/best.ckpt` names one checkpoint: its page, no slider over the run's
+    snapshots (steps=true asks for it); `ckpt_path=<run>` slides over them."""
+    from transformer_lab.training.checkpoint_io import shippable
+
+    task = ReverseDataModule(
+        "encoder", seq_len=6, min_seq_len=3, train_size=16, val_size=16, test_size=16, batch_size=16
+    )
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "snapshots").mkdir(parents=True)
+    for i, step in enumerate((0, 10, 100)):
+        torch.manual_seed(i)
+        contents = torch.load(save_task_checkpoint(tmp_path / f"s{step}.ckpt", task), weights_only=True)
+        contents["global_step"] = step
+        torch.save(shippable(contents), run_dir / "checkpoints" / "snapshots" / f"step_{step:08d}.ckpt")
+    torch.save(contents, run_dir / "checkpoints" / "best.ckpt")
+    best, out = run_dir / "checkpoints" / "best.ckpt", tmp_path / "page.html"
+    script.main([f"ckpt_path={best}", f"out={out}"])
+    assert "step slider" not in capsys.readouterr().out
+    assert page_data(out.read_text())["live"].get("series") is None
+    for location, extra in ((best, ["steps=true"]), (run_dir, [])):
+        script.main([f"ckpt_path={location}", f"out={out}", *extra])
+        assert "a step slider over 3 checkpoints" in capsys.readouterr().out

@@ -13,8 +13,9 @@ current browser: a head view, a model view of every layer x head, attention roll
 relevance, the head-ablation table, and the top-3 predictions per position; Save PNG and Save SVG download
 the view. With `live=true` (the default, where the model fits the page's budget) the page also holds the
 model and runs it: edit the input, remove heads, generate, patch activations. Given a run directory whose
-training kept snapshots (checkpoints/snapshots/step_*.ckpt), a step slider shows every view at each.
-See docs/explorer.md.
+training kept snapshots (checkpoints/snapshots/step_*.ckpt), or a ready-made series, a step slider shows
+every view at each; a checkpoint file gives the page of that checkpoint alone (`steps=true` adds its run's
+slider). See docs/explorer.md.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ KEYS = {
     "out": "the HTML file to write (default explorer.html)",
     "live": "true (default): the model runs in the page where it fits; false: precomputed views only",
     "weights": "float32 (default) | float16: how a live page stores the weights (float16: half the size)",
+    "steps": "true: a step slider over the run's snapshots (the default for a run directory or a ready-made "
+    "series); false: this checkpoint alone (the default for a checkpoint file)",
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
 }
@@ -59,6 +62,8 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
         weights in ("float32", "float16"),
         f"weights={weights} is unknown; use weights=float32 or weights=float16",
     )
+    steps = args.get("steps")
+    require(steps in (None, "true", "false"), f"steps={steps} is not true or false; use steps=true or false")
     return args
 
 
@@ -139,7 +144,9 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
 
     device = pick_device(args.get("device", "auto"))
     location = args["ckpt_path"]
-    snapshots = snapshot_files(location)
+    a_file = not location.startswith("pretrained:") and Path(location).is_file()
+    slider = args.get("steps", "false" if a_file else "true") == "true"
+    snapshots = snapshot_files(location) if slider else []
     main_file = location
     run = Path(location) / "checkpoints"
     if (
