@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import encoder_classifier, gpt_decoder, load_script, run_cli, save_task_checkpoint
-from transformer_lab import TransformerPredictor, explain
+from transformer_lab import TransformerPredictor, explain, load_model
 from transformer_lab.cli import run
 from transformer_lab.data import ReverseDataModule
 from transformer_lab.data.seq2seq import BOS, EOS, PAD
@@ -459,11 +459,23 @@ def test_script_live_and_weights_arguments(script, checkpoints, tmp_path, capsys
     assert page_data(out.read_text())["live"]["weights"]["dtype"] == "float16"
     script.main([encoder, f"out={out}", "live=false"])
     assert page_data(out.read_text())["live"] is None
-    monkeypatch.setattr("transformer_lab.explorer.live.WEIGHT_BUDGET", 1000)
+    script.main([encoder, f"out={out}"])  # weights=auto: a small model's are float32
+    assert page_data(out.read_text())["live"]["weights"]["dtype"] == "float32"
+    values = sum(p.numel() for p in load_model(checkpoints["encoder"]).state_dict().values())
+    monkeypatch.setattr("transformer_lab.explore.WEIGHTS_IN_PAGE", values * 4)  # float16's fit, not float32's
     script.main([encoder, f"out={out}"])
-    printed = capsys.readouterr()
-    assert printed.err.startswith("note: the page shows the precomputed views only: its weights take")
-    assert "live page" not in printed.out and page_data(out.read_text())["live"] is None
+    assert page_data(out.read_text())["live"]["weights"]["dtype"] == "float16"
+    capsys.readouterr()
+    budgets = {
+        "transformer_lab.explore.WEIGHTS_IN_PAGE": [],
+        "transformer_lab.explorer.live.WEIGHT_BUDGET": ["weights=float32"],
+    }
+    for budget, extra in budgets.items():  # the default's budget, and an explicit dtype's
+        monkeypatch.setattr(budget, 1000)
+        script.main([encoder, f"out={out}", *extra])
+        printed = capsys.readouterr()
+        assert printed.err.startswith("note: the page shows the precomputed views only: its weights take")
+        assert "live page" not in printed.out and page_data(out.read_text())["live"] is None
     assert "live=maybe is not true or false" in _fails(script, [encoder, "live=maybe", f"out={out}"], capsys)
     assert "weights=float64 is unknown" in _fails(script, [encoder, "weights=float64", f"out={out}"], capsys)
 

@@ -258,6 +258,7 @@ def test_an_export_never_writes_through_a_link_nor_into_another_export(tmp_path,
     assert f"out={out} holds config.json, which this did not write; choose a new or empty folder" in refused(
         capsys, *args
     )
+    assert "choose a new or empty folder, or add overwrite=true to replace" in refused(capsys, *args)
     (out / "config.json").unlink()
     (out / OTHER_FORMAT[to]).write_text("another export")
     assert f"holds {OTHER_FORMAT[to]}, which this did not write" in refused(capsys, *args)
