@@ -174,12 +174,13 @@ def test_the_default_number_of_examples_fits_a_time_budget(monkeypatch, tmp_path
     script.main(["ckpt_path=pretrained:reverse_2l4h", "analysis=heads", f"out_dir={tmp_path}"])
     out = capsys.readouterr().out
     passes = 2 * 4 + 4  # each of the 8 heads removed, and the measures
-    assert f"num_examples=8 (the default here: analysis=heads takes about {passes} passes of " in out
+    assert f"analysis=heads: 8 examples, not 512 (about {passes} passes of " in out
+    assert "per example on this machine fit 1e-09 s; num_examples= sets it)" in out
     assert json.loads((tmp_path / "heads.json").read_text())  # the analysis ran on them
     script.main(
         ["ckpt_path=pretrained:reverse_2l4h", "analysis=lens", "num_examples=16", f"out_dir={tmp_path}"]
     )
-    assert "the default here" not in capsys.readouterr().out
+    assert "examples, not" not in capsys.readouterr().out
     monkeypatch.setattr(budget, "SECONDS", 1e9)  # a fast machine: the usual 512
     script.main(["ckpt_path=pretrained:reverse_2l4h", "analysis=lens", f"out_dir={tmp_path}"])
-    assert "the default here" not in capsys.readouterr().out
+    assert "examples, not" not in capsys.readouterr().out

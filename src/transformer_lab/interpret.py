@@ -401,7 +401,8 @@ def interpret(args: dict[str, str]) -> None:
                 from transformer_lab.analysis.budget import examples_within
 
                 probe, _ = checkpoint.examples(min(8, count))
-                count, line = examples_within(model, probe, PASSES[analysis](model), count, analysis)
+                passes = PASSES[analysis](model)
+                count, line = examples_within(model, probe, passes, count, f"analysis={analysis}")
                 if line:
                     print(line)
             inputs, labels = checkpoint.examples(count, exact="num_examples" in args)

@@ -30,16 +30,25 @@ def seconds_per_example(model: TokenModel, inputs: tuple[Tensor, ...]) -> float:
 
 
 def examples_within(
-    model: TokenModel, inputs: tuple[Tensor, ...], passes: int, usual: int, analysis: str
+    model: TokenModel,
+    inputs: tuple[Tensor, ...],
+    passes: int,
+    usual: int,
+    what: str,
+    seconds: float | None = None,
+    sets: str = "num_examples= sets it",
 ) -> tuple[int, str]:
-    """(the number of examples `analysis` reads by default, the line that says why): `usual`, or as many
-    as `passes` forward passes each fit `SECONDS` at the speed measured on `inputs`."""
-    each = seconds_per_example(model, inputs) * passes
-    count = max(FEWEST, min(usual, int(SECONDS / each)))
+    """(how many examples `what` reads by default, the line that says why, or "" for `usual`): `usual`,
+    or as many as `passes` forward passes each fit `seconds` (default `SECONDS`) at the speed measured on
+    `inputs`:
+    `analysis=heads: 48 examples, not 512 (about 52 passes of 5.9 ms per example on this machine fit 15 s;
+    num_examples= sets it)`."""
+    seconds = SECONDS if seconds is None else seconds
+    each = seconds_per_example(model, inputs)
+    count = max(FEWEST, min(usual, int(seconds / (each * passes))))
     if count == usual:
         return count, ""
     return count, (
-        f"num_examples={count} (the default here: analysis={analysis} takes about {passes} passes of "
-        f"{each / passes * 1e3:.1f} ms per example on this machine, so {count} fit {SECONDS:g} s; "
-        f"num_examples= sets it)"
+        f"{what}: {count} examples, not {usual} (about {passes} passes of {each * 1e3:.1f} ms per example "
+        f"on this machine fit {seconds:g} s; {sets})"
     )
