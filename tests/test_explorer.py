@@ -519,3 +519,17 @@ def test_a_named_checkpoint_file_is_its_own_page_and_a_run_directory_slides(scri
     for location, extra in ((best, ["steps=true"]), (run_dir, [])):
         script.main([f"ckpt_path={location}", f"out={out}", *extra])
         assert "a step slider over 3 checkpoints" in capsys.readouterr().out
+
+
+def test_a_language_models_long_window_is_shown_by_its_first_tokens(script, tmp_path, capsys):
+    """The page of a language model's test window longer than PAGE_TOKENS shows its first PAGE_TOKENS
+    tokens (relevance costs a backward pass per token), and says so; text= shows any input."""
+    from transformer_lab.data import ShakespeareDataModule
+    from transformer_lab.explore import PAGE_TOKENS
+
+    task = ShakespeareDataModule(block_size=PAGE_TOKENS + 36)
+    checkpoint = save_task_checkpoint(tmp_path / "lm.ckpt", task, arch="decoder", norm_first=True)
+    out = tmp_path / "page.html"
+    script.main([f"ckpt_path={checkpoint}", f"out={out}"])
+    assert f"note: the page shows the first {PAGE_TOKENS} tokens of test example 0" in capsys.readouterr().err
+    assert len(page_data(out.read_text())["summary"]["input"]) == PAGE_TOKENS

@@ -72,8 +72,8 @@ def bench_defaults(context: Context) -> dict:
     heads, printed = _timed(
         ["-m", "transformer_lab.interpret", checkpoint, "analysis=heads", f"out_dir={workdir / 'heads'}"]
     )
-    chosen = [line for line in printed.splitlines() if line.startswith("num_examples=")]
-    examples = int(chosen[0].split("=")[1].split()[0]) if chosen else 512
+    chosen = [line for line in printed.splitlines() if line.startswith("analysis=heads: ")]
+    examples = int(chosen[0].split()[1]) if chosen else 512  # "analysis=heads: 48 examples, not 512 (...)"
     page = workdir / "defaults_page.html"
     explore, _ = _timed(["-m", "transformer_lab.explore", checkpoint, f"out={page}"])
     return {

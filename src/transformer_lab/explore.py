@@ -84,9 +84,18 @@ def model_input(checkpoint: Checkpoint, args: dict[str, str]) -> tuple[Batch, st
             return checkpoint.text_example(args[key], key), f'{key} "{args[key]}"'
     index = args.get("index", "0")
     require(index.isdigit(), f"index={index} is not a test example; use an integer >= 0")
-    return checkpoint.without_padding(*checkpoint.example(int(index))), f"test example {index}"
+    (inputs, *more), labels = checkpoint.without_padding(*checkpoint.example(int(index)))
+    what = f"test example {index}"
+    if checkpoint.label_rule == "next" and not more and inputs.size(1) > PAGE_TOKENS:
+        # a language model's window: its first PAGE_TOKENS tokens (relevance costs a backward pass per
+        # token, and each view grows with the square of the length)
+        inputs, labels = inputs[:, :PAGE_TOKENS], labels[:, :PAGE_TOKENS]
+        what = f"the first {PAGE_TOKENS} tokens of test example {index}"
+        print(f"note: the page shows {what} (text= shows any input)", file=sys.stderr)
+    return ((inputs, *more), labels), what
 
 
+PAGE_TOKENS = 64  # of a language model's test window, the page shows the first
 PAGE = 5_000_000  # characters a page takes by default: a text model's page, not 20 MB of it
 WEIGHTS_IN_PAGE = 4_000_000  # of which the weights (the views, the tokenizer and the code take the rest)
 
@@ -192,7 +201,9 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
             weight_budget=weight_budget,
         )
     if page.live_note:
-        print(f"note: the page shows the precomputed views only: {page.live_note}", file=sys.stderr)
+        auto = asked == "auto" and weight_budget is not None
+        lift = "; weights=float16 puts it in a page of up to 20 MB" if auto else ""
+        print(f"note: the page shows the precomputed views only: {page.live_note}{lift}", file=sys.stderr)
     try:
         write_page(page, out)
     except OSError as exc:

@@ -17,7 +17,7 @@ from torch import Tensor
 from transformer_lab.nn import TokenModel, evaluating
 
 SECONDS = 15.0  # what a default analysis may take
-FEWEST = 8  # fewer examples than this say little whatever the budget
+FEWEST = 4  # fewer examples than this say little whatever the budget (a text window is 128 predictions)
 
 
 def seconds_per_example(model: TokenModel, inputs: tuple[Tensor, ...]) -> float:
