@@ -2,7 +2,8 @@
 the page opened from a file:// URL as a user opens it. On encoder, decoder-only and encoder-decoder
 pages: no JavaScript errors, one head chip per head and one heatmap per layer x head, hovering a token
 draws one line per (head, token) above the threshold, Save PNG downloads a real PNG of every view; and
-the issue's large case (8 layers x 8 heads x 256 tokens) renders in under a second.
+the issue's large case (8 layers x 8 heads x 256 tokens) draws every view (bench --phases explorer times
+it: under a second).
 Skipped where chromium or playwright is missing: `apt-get install -y chromium` (CI does) and
 `pip install -e ".[dev]"`."""
 
