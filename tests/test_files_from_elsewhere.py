@@ -22,6 +22,7 @@ from transformer_lab.data.tokenizer import BPETokenizer, train_bpe
 from transformer_lab.data.tokenizer_spec import risky_regex
 from transformer_lab.errors import ConfigError
 from transformer_lab.files import reading
+from transformer_lab.progress import Progress
 
 ROMEO = "ROMEO:\nBut soft, what light through yonder window breaks?\n"
 
@@ -152,7 +153,8 @@ def test_the_bpe_learns_from_a_bounded_share_of_words_that_never_repeat(tmp_path
     letters = "".join(chr(97 + (i * 7919) % 26) for i in range(60_000))  # one long line, no spaces
     (tmp_path / "c.txt").write_text(letters)
     left_out = [0]
-    fed = "".join(tokens_module.bpe_training_texts(Corpus(tmp_path / "c.txt").texts(), left_out))
+    pieces, reading = Corpus(tmp_path / "c.txt").pieces(), Progress("Reading")
+    fed = "".join(tokens_module.bpe_training_texts(pieces, left_out, reading))
     assert left_out[0] > 50_000 and len(fed.replace(" ", "")) < 3000
     cache = str(tmp_path / "cache")
     task = TextDataModule(path=str(tmp_path / "c.txt"), vocab_size=300, block_size=8, cache_dir=cache)
