@@ -2,6 +2,7 @@
 the CLI in a subprocess."""
 
 import importlib
+import logging
 import importlib.util
 import os
 import subprocess
@@ -34,6 +35,23 @@ TINY_REVERSE = [
     "trainer.max_epochs=1",
     *COMMON,
 ]
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    """The root logger's handlers and level as before each test: a test that runs an entry point's
+    main() in-process lets Hydra configure logging, whose console handler writes to the stream pytest
+    captured for that test (closed after it)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+        handler.close()
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 def gpt_decoder(vocab_size: int, block_size: int = 16, **overrides: object) -> DecoderLM:

@@ -81,6 +81,7 @@ def test_a_few_steps_of_the_task_train_and_report_the_held_out_accuracy(tmp_path
         "data.p=7",
         "data.batches_per_epoch=3",
         "trainer.max_steps=6",
+        "callbacks.snapshots.max_disk=null",  # every snapshot, as experiment=grokking keeps them
         base=COMMON,
     )
     metrics = train(cfg)

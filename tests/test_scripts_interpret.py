@@ -174,7 +174,7 @@ def test_the_default_number_of_examples_fits_a_time_budget(monkeypatch, tmp_path
     script.main(["ckpt_path=pretrained:reverse_2l4h", "analysis=heads", f"out_dir={tmp_path}"])
     out = capsys.readouterr().out
     passes = 2 * 4 + 4  # each of the 8 heads removed, and the measures
-    assert f"analysis=heads: 8 examples, not 512 (about {passes} passes of " in out
+    assert f"analysis=heads: {budget.FEWEST} examples, not 512 (about {passes} passes of " in out
     assert "per example on this machine fit 1e-09 s; num_examples= sets it)" in out
     assert json.loads((tmp_path / "heads.json").read_text())  # the analysis ran on them
     script.main(

@@ -91,6 +91,15 @@ def output_file(text: str, key: str, example: str) -> Path:
     return path
 
 
+def is_file(text: str, key: str) -> bool:
+    """Whether `key=text` names an existing file; a path the system refuses (a name too long, a symlink
+    loop) is a ConfigError naming it, not an OSError half-way through the work."""
+    try:
+        return Path(text).expanduser().is_file()
+    except OSError as exc:
+        raise ConfigError(f"{key}={text}: {path_refused(exc)}") from None
+
+
 def output_dir(text: str, key: str) -> Path:
     """`key=text` as a folder to write files into (created if missing), checked before any work is done:
     it, or the nearest folder above it that exists, can be written."""

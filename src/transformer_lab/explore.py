@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_file, parse_key_values, pick_device, run, starting
+from transformer_lab.cli import is_file, output_file, parse_key_values, pick_device, run, starting
 from transformer_lab.errors import ConfigError, as_config_error, require
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
 
     device = pick_device(args.get("device", "auto"))
     location = args["ckpt_path"]
-    a_file = not location.startswith("pretrained:") and Path(location).is_file()
+    a_file = not location.startswith("pretrained:") and is_file(location, "ckpt_path")
     slider = args.get("steps", "false" if a_file else "true") == "true"
     snapshots = snapshot_files(location) if slider else []
     main_file = location
