@@ -2,8 +2,8 @@
 the CLI in a subprocess."""
 
 import importlib
-import logging
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
