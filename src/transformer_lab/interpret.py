@@ -294,7 +294,7 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
     """Every measure over a run's snapshots; over a folder of runs that differ by their seed (a sweep),
     each run's and its events over the seeds (`analysis.seeds`)."""
     from transformer_lab import snapshots
-    from transformer_lab.analysis.dynamics import over_snapshots
+    from transformer_lab.analysis.dynamics import over_snapshots, spike_line
     from transformer_lab.analysis.seeds import over_seeds
     from transformer_lab.figures.dynamics import dynamics_figure, seeds_figure
 
@@ -309,20 +309,35 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
         write(out_dir, "dynamics", result.to_dict(), dynamics_figure(result, title))
     else:
         require_one_setting(location, runs)
-        results = {}
+        results, seeds = {}, {run.name: seed for run in runs if (seed := run_seed(run)) is not None}
         for run in runs:
-            print(f"{run.name}:")
+            print(f"run {run.name} (seed {seeds.get(run.name, 'unknown')}):")
             result = over_snapshots(str(run), count, device, args.get("data_path"), progress=print)
             last = ", ".join(f"{name} {values[-1]:.3g}" for name, (values, _) in result.curves().items())
             print(f"  at step {result.steps[-1]}: {last}")
-            for line in [*result.notes, *(f"step {e['halfway']:>8}: {e['what']}" for e in result.events)]:
+            said = [*result.notes, *(f"step {e['halfway']:>8}: {e['what']}" for e in result.events)]
+            if result.spikes:
+                said.insert(0, spike_line(result.spikes))
+            for line in said:
                 print(f"  {line}")
             results[run.name] = result
-        seeds = over_seeds(results)
-        for line in seeds.summary():
+        seeds_found = over_seeds(results, seeds)
+        for line in seeds_found.summary():
             print(line)
-        write(out_dir, "dynamics", seeds.to_dict(), seeds_figure(seeds, location))
+        write(out_dir, "dynamics", seeds_found.to_dict(), seeds_figure(seeds_found, location))
     print(f"(dynamics took {time.perf_counter() - started:.1f} s)")
+
+
+def run_seed(run: Path) -> str | None:
+    """The seed a run of a sweep was trained with (its `.hydra/config.yaml`), as text; None where it
+    does not say (a folder of runs not made by train.py). Runs of a sweep are numbered by job, not by
+    seed: `seed=1,0` makes run 0 the seed-1 run."""
+    from transformer_lab import run_files
+
+    if not (run / ".hydra" / "config.yaml").is_file():
+        return None
+    seed = run_files.config(run).get("seed")
+    return None if seed is None else str(seed)
 
 
 def require_one_setting(location: str, runs: list[Path]) -> None:
