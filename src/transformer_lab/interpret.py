@@ -153,8 +153,8 @@ def analyse_heads(model, inputs, labels, task, args, out_dir: Path) -> None:
         interventions.check_heads(model, heads)
     result = interventions.ablate_heads(model, inputs, labels, method=method, level=ci_level(args))
     print(result.table())
-    important = result.important()
-    print(f"Heads whose removal costs more than 0.1 accuracy: {', '.join(important) or 'none'}")
+    for line in result.findings():
+        print(line)
     numbers = result.to_dict()
     if heads:
         together = interventions.ablate_head_set(model, inputs, labels, heads, method=method)

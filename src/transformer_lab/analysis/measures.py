@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transformer_lab.analysis import events, explain, induction, interventions
+from transformer_lab.analysis import events, explain, induction, intervals, interventions
 from transformer_lab.errors import require
 from transformer_lab.nn import AttentionLayer, TokenModel, evaluating
 
@@ -159,8 +159,14 @@ class Heads:
         return self.once("expected", lambda: alignment(self.inputs, self.labels) if alignment else None)
 
     def ablation(self) -> interventions.HeadAblation:
-        """The task's accuracy with each head zero-ablated (`interventions.ablate_heads`)."""
-        return self.once("ablation", lambda: interventions.ablate_heads(self.model, self.inputs, self.labels))
+        """The task's accuracy with each head zero-ablated (`interventions.ablate_heads`), with the
+        intervals over the examples of the tools' default level."""
+        return self.once(
+            "ablation",
+            lambda: interventions.ablate_heads(
+                self.model, self.inputs, self.labels, level=intervals.DEFAULT_LEVEL
+            ),
+        )
 
     def measure(self, chosen: Sequence[Measure] | None = None) -> dict[str, Table]:
         """Every applicable measure (or `chosen`): {name: [layer][head]}; one that does not apply at all

@@ -1,30 +1,20 @@
-"""Negative controls: a task whose training labels are shuffled among its training examples (Zhang et
-al., 2017, "Understanding deep learning requires rethinking generalization"), so that nothing in the
-inputs predicts them. A model can memorise them, never generalise: the held-out splits keep their true
+"""A negative control: modular addition whose training labels are shuffled among its training pairs
+(Zhang et al., 2017, "Understanding deep learning requires rethinking generalization"), so that nothing in
+the inputs predicts them. A model can memorise them, never generalise: the held-out splits keep their true
 labels, and no phase change of the held-out measures should appear (docs/dynamics.md, the controls).
 
     python train.py experiment=grokking data=shuffled_modular_addition
-    python train.py experiment=induction_heads data=shuffled_induction
 
 The permutation is drawn from the data seed alone (the same seed, the same labels) and is fixed for the
-run: each training example keeps the label it was dealt, as a memorised random labelling must.
+run: each training pair keeps the label it was dealt, as a memorised random labelling must.
 """
 
 import torch
 from torch import Tensor
-from torch.utils.data import TensorDataset
 
-from transformer_lab.data.induction import InductionDataModule
 from transformer_lab.data.modular_addition import ModularAdditionDataModule
 
 SHUFFLE_SEED = 1_000_003  # added to the data seed: the permutation differs from the split's own draw
-
-
-def shuffled(split: TensorDataset, seed: int) -> TensorDataset:
-    """The split (inputs..., labels) with the label rows permuted among its examples."""
-    *inputs, labels = split.tensors
-    generator = torch.Generator().manual_seed(seed + SHUFFLE_SEED)
-    return TensorDataset(*inputs, labels[torch.randperm(labels.size(0), generator=generator)])
 
 
 class ShuffledModularAddition(ModularAdditionDataModule):
@@ -38,14 +28,3 @@ class ShuffledModularAddition(ModularAdditionDataModule):
         generator = torch.Generator().manual_seed(self.seed + SHUFFLE_SEED)
         labels[train] = labels[train[torch.randperm(train.numel(), generator=generator)]]
         return tokens, labels
-
-
-class ShuffledInduction(InductionDataModule):
-    """Repeated random tokens whose training sequences are labelled with another sequence's next tokens:
-    no repeat predicts them; validation and test keep their own."""
-
-    def setup(self, stage: str | None = None) -> None:
-        trained = "train" in self.splits
-        super().setup(stage)
-        if not trained and "train" in self.splits:
-            self.splits["train"] = shuffled(self.splits["train"], self.seed)
