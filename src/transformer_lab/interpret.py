@@ -8,6 +8,7 @@
     python -m transformer_lab.interpret ckpt_path=pretrained:key_reverse analysis=circuit method=eap
     python -m transformer_lab.interpret ckpt_path=<run> analysis=dynamics     # every measure over time
     python -m transformer_lab.interpret ckpt_path=<run> analysis=heads step=1000   # the snapshot nearest
+    python -m transformer_lab.interpret ckpt_path=<folder of runs> analysis=controls   # their margins
 
 (`python scripts/interpret.py ...` in a checkout is the same.) Each analysis runs on the first
 `num_examples` test examples of the checkpoint's task (or your own `text=`), prints its table, and writes
@@ -20,6 +21,8 @@ a figure and the numbers to `out_dir`:
     circuit       circuit.png, .svg, .json      the edges (nodes) that carry the task, scored by a registered
                                                 method (method=), faithfulness of the top-k (docs/circuits.md)
     dynamics      dynamics.png, dynamics.json   the measures of every snapshot of a run, and its phase changes
+    controls      controls.json                 runs in which no phase change can appear (analysis.controls):
+                                                their events and how near each came to one
 
 `step=N` runs an analysis on the snapshot of the run (ckpt_path=<run dir>) nearest step N.
 """
@@ -37,7 +40,7 @@ from transformer_lab.errors import as_config_error, require
 if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
 
-ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit")
+ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit", "controls")
 METHODS = ("zero", "mean")  # analysis.interventions.ABLATIONS, without importing torch to check it
 ONLY_FOR = {  # the keys that apply to some analyses only
     "method": ("heads", "circuit"),
@@ -53,10 +56,11 @@ DEFAULT_EXAMPLES = {
     "faithfulness": 16,
     "dynamics": 256,
     "circuit": 64,
+    "controls": 256,
 }
 KEYS = {
     "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
-    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit (required)",
+    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | controls (required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
     "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16, "
     "dynamics 256)",
@@ -103,8 +107,8 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
             f"method={args.get('method')} is unknown; use zero or mean",
         )
     require(
-        not ("step" in args and analysis == "dynamics"),
-        "step= picks one snapshot; analysis=dynamics reads them all: leave step= out",
+        not ("step" in args and analysis in ("dynamics", "controls")),
+        f"step= picks one snapshot; analysis={analysis} reads them all: leave step= out",
     )
     for key, only in ONLY_FOR.items():
         require(
@@ -328,6 +332,36 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
     print(f"(dynamics took {time.perf_counter() - started:.1f} s)")
 
 
+def analyse_controls(args: dict[str, str], count: int, out_dir: Path) -> None:
+    """Every run under a folder (each a negative control, `analysis.controls`): its events and margins."""
+    from transformer_lab import snapshots
+    from transformer_lab.analysis import controls
+    from transformer_lab.analysis.dynamics import over_snapshots
+
+    started = time.perf_counter()
+    device, location = pick_device(args.get("device", "auto")), args["ckpt_path"]
+    runs = snapshots.runs(location)
+    require(
+        bool(runs),
+        f"{location} holds no runs with snapshots; analysis=controls reads a folder of runs, one per control "
+        "(docs/dynamics.md, the controls)",
+    )
+    results = {}
+    for folder in runs:
+        result = over_snapshots(str(folder), count, device, args.get("data_path"))
+        known = controls.BY_NAME.get(folder.name)
+        said = f" ({known.overrides}: {known.why})" if known else ""
+        steps = f"{len(result.steps)} snapshots, steps {result.steps[0]} to {result.steps[-1]}"
+        print(f"{folder.name}{said}: {steps}")
+        results[folder.name] = result
+    for line in controls.table(results):
+        print(line)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "controls.json").write_text(json.dumps(controls.to_dict(results), indent=1) + "\n")
+    print(f"Wrote controls.json to {out_dir}")
+    print(f"(controls took {time.perf_counter() - started:.1f} s)")
+
+
 def run_seed(run: Path) -> str | None:
     """The seed a run of a sweep was trained with (its `.hydra/config.yaml`), as text; None where it
     does not say (a folder of runs not made by train.py). Runs of a sweep are numbered by job, not by
@@ -376,6 +410,9 @@ def interpret(args: dict[str, str]) -> None:
     )
     if analysis == "dynamics":
         analyse_dynamics(args, count, out_dir)
+        return
+    if analysis == "controls":
+        analyse_controls(args, count, out_dir)
         return
     if "step" in args:
         from transformer_lab import snapshots

@@ -276,7 +276,8 @@ class ModularAdditionTaskScores(TaskScores):
     def __init__(self, count: int) -> None:
         super().__init__(count)
         self.task = None
-        self.frequencies: list[int] = []  # key in every one of the last snapshots
+        self.frequencies: list[int] = []  # the final embedding's: the progress measures keep them fixed
+        self.held: list[int] = []  # key in every one of the last snapshots: the finding
         self.uncertain: list[int] = []  # key in some of them
         self.steps: list[int] = []
         self.width = 0
@@ -286,10 +287,10 @@ class ModularAdditionTaskScores(TaskScores):
 
         self.task = final.task
         embedding = grokking.token_embeddings(final.model, self.task.p)
+        self.frequencies = grokking.key_frequencies(embedding)  # the progress measures', as the paper's
         self.steps = sorted(recent or {})
         embeddings = [grokking.token_embeddings(c.model, self.task.p) for c in (recent or {}).values()]
-        embeddings = embeddings or [embedding]
-        self.frequencies, self.uncertain = grokking.stable_key_frequencies(embeddings)
+        self.held, self.uncertain = grokking.stable_key_frequencies(embeddings or [embedding])
         self.width = embedding.size(1)
 
     def measure(self, heads: measures.Heads, tables: dict[str, measures.Table]) -> dict[str, float]:
@@ -311,19 +312,20 @@ class ModularAdditionTaskScores(TaskScores):
         return {**dict.fromkeys(losses, loss), "fourier_sparsity": sparsity, "train_acc": events.accuracy(p)}
 
     def notes(self) -> list[str]:
-        """The key frequencies: those of every snapshot of the run's last doubling (each at least 0.2 of
-        the largest's squared norm, in an embedding some frequencies stand out in), and apart those of
-        some of them only."""
+        """The key frequencies found: those of every snapshot of the run's last doubling (each at least
+        0.2 of the largest's squared norm, in an embedding some frequencies stand out in), apart those of
+        some of them only; and the final embedding's, which the progress measures use (as the paper)."""
         span = (
             "the final embedding"
             if len(self.steps) < 2
             else f"each embedding of steps {self.steps[0]} to {self.steps[-1]}"
         )
-        key = ", ".join(map(str, self.frequencies)) or "none (no frequency stands out in every one)"
+        key = ", ".join(map(str, self.held)) or "none (no frequency stands out in every one)"
         line = f"key frequencies ({span}): {key}"
         if self.uncertain:
             line += f"; uncertain (key in some of them only): {', '.join(map(str, self.uncertain))}"
-        return [line]
+        final = ", ".join(map(str, self.frequencies)) or "none"
+        return [line, f"restricted and excluded losses over the final embedding's key frequencies: {final}"]
 
 
 def task_scores(checkpoint: Checkpoint, count: int) -> TaskScores:

@@ -387,9 +387,10 @@ def margins(changes: Sequence[Change]) -> Margins:
             tests[test] = max(ranked, key=lambda rc: (_finite(rc[0]), rc[1]))
     others = [c for c in changes if not c.event]
     nearest = max(others, key=lambda c: c.margin, default=None)
+    weakest = None if nearest is None else min(nearest.ratios, key=nearest.ratios.get)
     return Margins(
         tests,
-        None if nearest is None else (nearest.margin, nearest.name, nearest.failed or ""),
+        None if nearest is None else (nearest.margin, nearest.name, weakest),
         [c.name for c in changes if c.event],
     )
 

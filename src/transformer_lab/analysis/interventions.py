@@ -175,10 +175,8 @@ class HeadAblation:
             return [f"{what}: {said(self.important(drop))}"]
         found = said(self.important(drop)) or "none"
         lines = [f"{what} (the whole {self.level:.0%} interval of the drop): {found}"]
-        uncertain = self.uncertain(drop)
-        if uncertain:
-            lines.append(f"Uncertain (the interval of the drop holds {drop:g}): {said(uncertain)}")
-        return lines
+        uncertain = said(self.uncertain(drop)) or "none"
+        return [*lines, f"Uncertain (the interval of the drop holds {drop:g}): {uncertain}"]
 
     def table(self) -> str:
         """The [layers, heads] table as text, one row per attention layer, each value with its interval
