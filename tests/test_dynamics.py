@@ -331,3 +331,92 @@ def test_over_seeds_summarises_events_only_and_names_the_seeds_without_one():
     )
     record = found.to_dict()
     assert record["halfway"]["acc"][0] is None and record["orders"][0]["claimed"] is False
+
+
+def test_analysis_controls_says_each_runs_events_and_margins(induction_run, tmp_path, capsys):
+    """A folder of runs (here the tiny run twice, one named as a control): one row each, the events
+    (none), each test's largest ratio and the curve nearest an event; controls.json with the curves
+    judged: the loss, the accuracy, the task's scores and every head's measures of formation."""
+    import shutil
+
+    from transformer_lab.analysis import controls
+
+    folder = tmp_path / "controls"
+    for name in ("steps_600", "mine"):
+        shutil.copytree(induction_run, folder / name)
+    load_script("interpret").main([f"ckpt_path={folder}", "analysis=controls", f"out_dir={tmp_path}"])
+    printed = capsys.readouterr().out
+    assert (
+        "steps_600 (experiment=induction_heads trainer.max_steps=600: stopped before the heads form): 6 "
+        in printed
+    )
+    header = next(line for line in printed.splitlines() if line.startswith("run "))
+    assert header.split()[:8] == ["run", "events", "range", "scale", "chance", "noise", "sudden", "kept"]
+    record = json.loads((tmp_path / "controls.json").read_text())
+    assert list(record) == ["steps_600", "mine"] and record["mine"]["overrides"] is None
+    judged = set(record["steps_600"]["curves"])
+    heads = {
+        f"L{layer}H{head} {m}" for layer in (0, 1) for head in (0, 1) for m in ("induction", "previous_token")
+    }
+    assert judged == {"loss", "acc", "induction", "previous_token", "repeat_gain"} | heads
+    for run in record.values():
+        assert run["unexpected"] == run["events"] and set(run["margins"]["tests"]) == set(events.TESTS)
+    assert [c.name for c in controls.CONTROLS] == [
+        "one_layer", "lr_tenth", "steps_600", "reverse", "no_decay", "shuffled_labels"
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="holds no runs with snapshots; analysis=controls reads a folder"):
+        load_script("interpret").main(
+            [f"ckpt_path={induction_run}", "analysis=controls", f"out_dir={tmp_path}"]
+        )
+
+
+def test_a_control_expects_only_the_events_it_names():
+    """Grokking without weight decay memorises, and its held-out accuracy rises with it to the share of
+    pairs whose mirror is trained (about 0.29) by step ~60, as in every grokking run: that event its
+    control expects; the same rise after step 100, or any other curve's event, it does not."""
+    from transformer_lab.analysis import controls
+
+    memorised = _step_at(55, 0.01, 0.29)
+    late = _step_at(2000, 0.01, 0.29)
+    no_decay = controls.BY_NAME["no_decay"]
+    early_run = _run(memorised, [0.05] * len(STEPS))
+    assert [e["curve"] for e in early_run.events] == ["acc"] and no_decay.unexpected(early_run) == []
+    late_run = _run(late, [0.05] * len(STEPS))
+    assert [e["curve"] for e in no_decay.unexpected(late_run)] == ["acc"]
+    assert controls.BY_NAME["lr_tenth"].unexpected(early_run) == early_run.events
+    lines = controls.table({"no_decay": early_run, "lr_tenth": early_run})
+    assert any("(expected: the held-out accuracy rising with memorisation" in line for line in lines)
+    assert sum("no_decay: step" in line or "lr_tenth: step" in line for line in lines) == 2
+
+
+def test_the_runs_phase_change_is_on_the_metrics_scale_and_leaves_out_the_spikes():
+    """The PhaseChange callback measures val/loss in nats of log V (V: the model's output classes, set
+    when the fit starts): the one-layer control's 0.15-nat dip is no phase change on log 32 (its scale
+    test fails), though it is 87% of its own range. The training loss it records at each validation
+    finds the spikes (two validations side by side, after the phase change, whose training and
+    validation losses jump 3.5 nats: a slingshot), which are left out: the fall at step 1500 is the
+    event, not the spike's larger recovery at step 2200."""
+    dip = PhaseChange(monitor="val/loss", direction="fall")
+    dip.outputs = 32
+    dip.history = [
+        (250 * (i + 1), v) for i, v in enumerate([3.46, 3.45, 3.44, 3.29, 3.28, 3.27] + [3.26] * 6)
+    ]
+    assert dip.change().failed == "scale" and "of its scale 3.47 nats: log 32" in dip.describe()
+    spiky = PhaseChange(monitor="val/loss", direction="fall")
+    spiky.outputs = 32
+    steps = list(range(100, 3001, 100))
+    loss = [0.8 + 2.6 / (1 + math.exp((math.log(s) - math.log(1500)) / 0.08)) for s in steps]
+    train = [v - 0.1 for v in loss]
+    for k in (19, 20):  # steps 2000 and 2100
+        loss[k] += 3.5
+        train[k] += 3.5
+    spiky.history = list(zip(steps, loss, strict=True))
+    spiky.training_loss = dict(zip(steps, train, strict=True))
+    assert spiky.spikes() == [2000, 2100]
+    change = spiky.change()
+    assert change.event and 1400 <= change.halfway <= 1600
+    spiky.training_loss = {}
+    assert spiky.change().halfway > 2100  # with the spikes in: the largest fall is the spike's recovery
+    resumed = PhaseChange(monitor="val/loss", direction="fall")
+    resumed.load_state_dict({**spiky.state_dict(), "training_loss": [[2000, 4.1]]})
+    assert resumed.training_loss == {2000: 4.1}

@@ -346,6 +346,8 @@ def analyse_controls(args: dict[str, str], count: int, out_dir: Path) -> None:
         f"{location} holds no runs with snapshots; analysis=controls reads a folder of runs, one per control "
         "(docs/dynamics.md, the controls)",
     )
+    order = {name: i for i, name in enumerate(controls.BY_NAME)}  # the library's order, then the others
+    runs = sorted(runs, key=lambda run: (order.get(run.name, len(order)), run.name))
     results = {}
     for folder in runs:
         result = over_snapshots(str(folder), count, device, args.get("data_path"))

@@ -122,13 +122,15 @@ def _ratio(value: float) -> str:
 
 
 def to_dict(results: Mapping[str, Dynamics]) -> dict:
-    """controls.json: per run, its events (and whether its control expects each) and its margins."""
+    """controls.json: per run, the curves judged, its events (and those its control does not expect) and
+    its margins."""
     out = {}
     for name, result in results.items():
         control = BY_NAME.get(name)
         unexpected = result.events if control is None else control.unexpected(result)
         out[name] = {
             "overrides": None if control is None else control.overrides,
+            "curves": [*result.curves(), *result.head_curves()],
             "events": result.events,
             "unexpected": unexpected,
             "margins": result.margins().to_dict(),
