@@ -156,7 +156,8 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
         assert record["scores"][name] == pytest.approx(best)
     assert record["loss"][0] == pytest.approx(torch.log(torch.tensor(32.0)).item(), abs=0.1)
     assert all(
-        set(e) == {"step", "halfway", "onset", "curve", "what", "ratios"} and e["step"] in record["steps"]
+        set(e) == {"start", "step", "halfway", "onset", "curve", "what", "ratios"}
+        and e["step"] in record["steps"]
         for e in record["events"]
     )
     assert all(set(e) == {"curve", "what", "ratios"} for e in record["no_events"])

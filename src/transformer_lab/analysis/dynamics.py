@@ -66,7 +66,8 @@ class Dynamics:
     changes every curve's largest move (`events.Change`): the loss, the accuracy, the task's scores (not
             the lens: it follows the accuracy) and every head's measures of formation (`head_curves`);
             `events` those that are
-            phase changes (a dict each: step where it ended, halfway, onset, curve, what, ratios) in
+            phase changes (a dict each: the steps where it started and ended, its half way and onset,
+            curve, what, ratios) in
             order of step, `no_events` the others' but the heads' (curve, what, ratios)
     """
 
@@ -464,8 +465,8 @@ def find_events(result: Dynamics) -> None:
     result.changes = [c for c in changes if c is not None]
     found = sorted((c for c in result.changes if c.event), key=lambda c: c.halfway)
     result.events = [
-        {"step": c.end, "halfway": c.step, "onset": round(c.onset), "curve": c.name, "what": c.describe(),
-         "ratios": c.ratios}
+        {"start": c.start, "step": c.end, "halfway": c.step, "onset": round(c.onset), "curve": c.name,
+         "what": c.describe(), "ratios": c.ratios}
         for c in found
     ]  # fmt: skip
     named = set(result.curves())
