@@ -421,3 +421,21 @@ def test_the_runs_phase_change_is_on_the_metrics_scale_and_leaves_out_the_spikes
     resumed = PhaseChange(monitor="val/loss", direction="fall")
     resumed.load_state_dict({**spiky.state_dict(), "training_loss": [[2000, 4.1]]})
     assert resumed.training_loss == {2000: 4.1}
+
+
+def test_the_figures_mark_the_spikes(induction_run):
+    """A spike (here the snapshot at step 4, as if its training loss had jumped) is drawn as a red cross
+    on the loss and a red band on every panel, in the run's figure and in the seeds' figure."""
+    from transformer_lab.analysis.seeds import over_seeds
+    from transformer_lab.figures.dynamics import dynamics_figure, seeds_figure
+
+    result = dynamics.over_snapshots(str(induction_run), count=16)
+    result.spikes = [4]
+    figure = dynamics_figure(result, "spikes")
+    top = figure.axes[0]
+    crosses = [line for line in top.get_lines() if line.get_marker() == "x"]
+    assert [list(line.get_xdata()) for line in crosses][0] == [4]
+    assert any(text.get_text() == "spike (left out of timings)" for text in top.get_legend().get_texts())
+    assert all(any(p.get_facecolor()[0] == 1.0 for p in ax.patches) for ax in figure.axes[:1])
+    seeds = seeds_figure(over_seeds({"0": result, "1": result}), "spikes")
+    assert sum(line.get_marker() == "x" for line in seeds.axes[0].get_lines()) == 2
