@@ -222,14 +222,18 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     for name, row in result.resid.items():
         best = max(range(len(row)), key=row.__getitem__)
         print(f"  {name:<36} position {best:>2}: {row[best]:6.2f}")
-    noise = [[lo <= 0 <= hi for lo, hi in row] for row in result.head_intervals or []] or [
-        [False] * len(row) for row in result.heads
-    ]
-    for layer, row, near in zip(result.layers, result.heads, noise, strict=True):
-        cells = (f"{v:6.2f}{'~' if n else ' '}" for v, n in zip(row, near, strict=True))
+    bounds = result.head_intervals or [[None] * len(row) for row in result.heads]
+    for layer, row, bound in zip(result.layers, result.heads, bounds, strict=True):
+        cells = []
+        for value, interval in zip(row, bound, strict=True):
+            if interval is None:
+                cells.append(f"{value:6.2f} ")
+            else:
+                low, high = interval
+                cells.append(f"{value:6.2f} [{low:5.2f}, {high:5.2f}]{'~' if low <= 0 <= high else ' '}")
         print(f"  {layer:<36} " + " ".join(cells).rstrip())
     if result.head_intervals is not None:
-        print(f"  (~: 0 is in its {result.level:.0%} interval over the pairs: within noise)")
+        print(f"  ([its {result.level:.0%} interval over the pairs]; ~: 0 is in it, within noise)")
     title = f"Activation patching: source token {position} changed ({count} pairs)"
     write(
         out_dir,
