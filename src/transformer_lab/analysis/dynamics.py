@@ -153,10 +153,7 @@ class Dynamics:
         lines += [f"  {name:<{width}} {values[0]:8.3f} -> {values[-1]:8.3f}" for name, values in rows.items()]
         lines += self.notes
         lines.append(spike_line(self.spikes))
-        lines.append(
-            "Events (phase changes: large on its range and its scale, out of chance, beyond the noise, "
-        )
-        lines[-1] += "sudden and kept; analysis.events):"
+        lines.append(EVENTS_TITLE)
         lines += [f"  step {e['halfway']:>8}: {e['what']}" for e in self.events] or ["  none"]
         lines += [f"  {e['what']}" for e in self.no_events]
         lines.append(MARGINS_TITLE)
@@ -179,6 +176,10 @@ class Dynamics:
         ]
 
 
+EVENTS_TITLE = (
+    "Events (phase changes: large on its range and its scale, out of chance, beyond the noise, sudden and "
+    "kept; analysis.events):"
+)
 MARGINS_TITLE = (
     "Margins (each test's largest ratio to its threshold over every curve, heads' included; an event "
     "needs 1 in every test):"

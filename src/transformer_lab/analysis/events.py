@@ -173,9 +173,6 @@ class Change:
             f"({TESTS[self.failed]}: {ratio:.2f} of it)"
         )
 
-    def to_dict(self) -> dict:
-        return {"curve": self.name, "what": self.describe(), "event": self.event, "ratios": self.ratios}
-
 
 def _log(step: float) -> float:
     return math.log(max(step, 1))
