@@ -287,3 +287,55 @@ def test_a_freshly_trained_induction_model_shows_its_k_composition(script, tmp_p
     run_training([*overrides, "hydra.run.dir=saved_models/induction_heads"], tmp_path, base=FULL)
     best = tmp_path / "saved_models" / "induction_heads" / "checkpoints" / "best.ckpt"
     _k_composition_in_the_default_circuit(script, str(best), tmp_path / "circuit")
+
+
+def test_a_circuit_keeps_only_the_edges_on_a_path_from_the_inputs_to_the_logits():
+    """pretrained:induction_heads' graph: of a set of edges, `connected` keeps those on a path from an
+    embedding to the logits within the set. An edge into L0H1 when no kept edge leaves L0H1 dangles, so
+    does L1H1 -> logits when no kept edge enters L1H1; the chain embed -> L0H0.v -> L1H0.k -> logits stays.
+    Under the corrupted ablation a dangling edge changes nothing (keeping it patches nothing the metric
+    sees: the faithfulness is the same to 1e-5); any set's connected part is a fixed point."""
+    from transformer_lab.analysis.circuits.evidence import connected
+
+    checkpoint = transformer_lab.load("pretrained:induction_heads")
+    clean, corrupted = checkpoint.corrupted_pairs(32)
+    setup = circuits.prepare(checkpoint.model, *clean, corrupted)
+    names = setup.graph.unit_names()
+
+    def mask(*edges: str) -> torch.Tensor:
+        return torch.tensor([name in edges for name in names])
+
+    chain = ["embed -> blocks.0.attn.head.0.v", "blocks.0.attn.head.0 -> blocks.1.attn.head.0.k",
+             "blocks.1.attn.head.0 -> logits", "embed -> blocks.1.attn.head.0.v"]  # fmt: skip
+    dangling = ["embed -> blocks.0.attn.head.1.v", "blocks.1.attn.head.1 -> logits"]
+    kept = connected(setup.graph, mask(*chain, *dangling))
+    assert sorted(names[u] for u in kept.nonzero()[:, 0].tolist()) == sorted(chain)
+    with_dangling = circuits.circuit_faithfulness(setup, mask(*chain, *dangling).nonzero()[:, 0].tolist())
+    without = circuits.circuit_faithfulness(setup, kept.nonzero()[:, 0].tolist())
+    assert with_dangling == pytest.approx(without, abs=1e-5)
+    rng = torch.Generator().manual_seed(0)
+    many = torch.rand(50, setup.graph.units, generator=rng) < 0.3  # any leading shape: a batch of sets
+    pruned = connected(setup.graph, many)
+    assert torch.equal(connected(setup.graph, pruned), pruned) and not (pruned & ~many).any()
+    assert torch.equal(pruned[7], connected(setup.graph, many[7]))
+
+
+def test_a_verified_circuit_says_what_the_method_alone_would_have_chosen():
+    """With verify=20 every method's circuit is built from the exact effects of its top 20 edges, so on
+    pretrained:induction_heads eap and eap_ig give the same circuit; what each one's own ranking would
+    have chosen differs, and is kept beside it (method_alone) with its faithfulness, as a circuit of its
+    own: its dangling edges pruned, reaching 0.9."""
+    checkpoint = transformer_lab.load("pretrained:induction_heads")
+    clean, corrupted = checkpoint.corrupted_pairs(64)
+    found = {
+        m: circuits.discover(checkpoint.model, *clean, corrupted, method=m, ci=0) for m in ("eap", "eap_ig")
+    }
+    assert found["eap"].circuit == found["eap_ig"].circuit
+    alone = {m: result.alone for m, result in found.items()}
+    assert alone["eap"].circuit != alone["eap_ig"].circuit
+    for method, choice in alone.items():
+        assert choice.faithfulness >= 0.9 and choice.smallest >= len(choice.circuit), method
+        numbers = found[method].to_dict()["method_alone"]
+        assert numbers["circuit"] == choice.circuit and numbers["circuit_faithfulness"] == choice.faithfulness
+    unverified = circuits.discover(checkpoint.model, *clean, corrupted, method="eap", verify=0, ci=0)
+    assert unverified.alone is None and unverified.circuit == alone["eap"].circuit  # its own ranking

@@ -156,9 +156,9 @@ def test_every_method_on_a_real_model_leaves_no_hook_and_no_change(method):
         assert torch.equal(value, before[key]), key
     numbers = result.to_dict()
     keys = {"method", "metric", "level", "num_examples", "seconds", "nodes", "edges", "node_scores",
-            "faithfulness", "circuit", "verified", "warnings", "node_totals", "ci"}  # fmt: skip
+            "faithfulness", "circuit", "pruned", "verified", "warnings", "node_totals", "ci"}  # fmt: skip
     verified = not circuits.METHODS[method].exact  # the estimates' top 20 units are checked
-    assert set(numbers) == keys | ({"verify_seconds"} if verified else set())
+    assert set(numbers) == keys | ({"verify_seconds", "method_alone"} if verified else set())
     assert numbers["verified"] == (20 if verified else 0) and numbers["node_scores"] == []
     assert sum("exact" in edge for edge in numbers["edges"]) == numbers["verified"]
     assert {"src", "dst", "score", "ci", "stability"} <= numbers["edges"][0].keys()

@@ -2,13 +2,16 @@
 steepest change (events), and `interpret analysis=dynamics` / `step=` on the snapshots of a tiny run."""
 
 import json
+import math
+import statistics
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from tests.conftest import COMMON, compose_train_config, load_script
 from transformer_lab import snapshots
-from transformer_lab.analysis import dynamics
+from transformer_lab.analysis import dynamics, events
 from transformer_lab.analysis.induction import (
     Repeats,
     induction_scores,
@@ -131,6 +134,9 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
         "scores",
         "events",
         "no_events",
+        "spikes",
+        "scales",
+        "margins",
         "onset",
         "halfway",
     ]
@@ -140,7 +146,7 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
     assert set(record["heads"]) == {"entropy", "ablation", "induction", "previous_token"}
     for measure, values in record["heads"].items():
         assert [len(values), len(values[0]), len(values[0][0])] == [snapshots, layers, heads], measure
-    assert {"induction", "previous_token", "in_context"} <= set(record["scores"])
+    assert {"induction", "previous_token", "repeat_gain"} <= set(record["scores"])
     assert {"lens_embed", "lens_L0", "lens_L1"} <= set(record["scores"])
     for name, values in record["scores"].items():
         assert len(values) == snapshots, name
@@ -150,11 +156,24 @@ def test_dynamics_json_holds_every_measure_of_every_snapshot(induction_run, tmp_
         assert record["scores"][name] == pytest.approx(best)
     assert record["loss"][0] == pytest.approx(torch.log(torch.tensor(32.0)).item(), abs=0.1)
     assert all(
-        set(e) == {"step", "halfway", "curve", "what"} and e["step"] in record["steps"]
+        set(e) == {"start", "step", "halfway", "onset", "curve", "what", "ratios"}
+        and e["step"] in record["steps"]
         for e in record["events"]
     )
-    assert all(set(e) == {"curve", "what"} for e in record["no_events"])
+    assert all(set(e) == {"curve", "what", "ratios"} for e in record["no_events"])
     assert "6 snapshots, steps 0 to 20" in printed and "Events (phase changes" in printed
+    # every curve has its scale: the loss in nats of log 32 (chance: a uniform guess), each head's
+    # attention scores on 1 with the chance of uniform attention, the entropy on uniform attention's
+    scales = record["scales"]
+    assert scales["loss"] == {"size": pytest.approx(math.log(32)), "chance": pytest.approx(math.log(32)),
+                              "unit": "nats: log 32"}  # fmt: skip
+    assert scales["acc"]["chance"] == pytest.approx(1 / 32) and scales["repeat_gain"]["chance"] == 0
+    uniform = sum(1 / (t + 1) for t in range(1, T)) / (T - 1)  # previous-token score of uniform attention
+    assert scales["L0H0 previous_token"]["chance"] == pytest.approx(uniform, rel=1e-4)
+    assert scales["previous_token"]["chance"] == pytest.approx(uniform, rel=1e-4)
+    assert scales["L1H1 induction"]["size"] == 1.0 and "L0H0 entropy" not in scales  # drawn, not claimed
+    assert set(record["margins"]["tests"]) == {"range", "scale", "chance", "noise", "sudden", "kept"}
+    assert "Margins (each test's largest ratio" in printed and "Spikes (training loss" in printed
 
 
 def test_step_runs_any_analysis_on_the_nearest_snapshot(induction_run, tmp_path, capsys):
@@ -212,25 +231,33 @@ def test_the_run_says_whether_its_validation_metric_had_a_phase_change():
 
 
 def test_dynamics_over_a_sweep_of_seeds_says_in_how_many_each_event_appeared(tmp_path, capsys):
-    """`python train.py -m ... seed=0,1` then analysis=dynamics on the sweep: every run, and each event's
-    step as median [range] over the seeds it appeared in."""
+    """`python train.py -m ... seed=1,0` then analysis=dynamics on the sweep: every run, named by its
+    seed (job 0 is seed 1), and each event's step as median [range] over the seeds it appeared in."""
     sweep = tmp_path / "sweep"
-    for seed in (0, 1):
+    for job, seed in enumerate((1, 0)):
         cfg = compose_train_config(
-            sweep / str(seed), "task=induction", f"seed={seed}", "data.train_size=640", "data.val_size=64",
+            sweep / str(job), "task=induction", f"seed={seed}", "data.train_size=640", "data.val_size=64",
             "data.test_size=64", "model.mlp=false", "model.model_dim=16", "model.num_heads=2",
             "trainer.max_epochs=2", "callbacks.snapshots.count=6", "~callbacks.head_metrics", base=COMMON,
         )  # fmt: skip
         train(cfg)
+        (sweep / str(job) / ".hydra").mkdir()
+        OmegaConf.save(
+            {k: v for k, v in cfg.items() if k != "hydra"}, sweep / str(job) / ".hydra" / "config.yaml"
+        )
     load_script("interpret").main([f"ckpt_path={sweep}", "analysis=dynamics", f"out_dir={tmp_path}"])
     printed = capsys.readouterr().out
     record = json.loads((tmp_path / "dynamics.json").read_text())
-    assert list(record) == ["runs", "events", "onset", "halfway"] and list(record["runs"]) == ["0", "1"]
+    assert list(record) == ["runs", "seeds", "events", "orders", "onset", "halfway"]
+    assert list(record["runs"]) == ["0", "1"]
     assert all(len(run["steps"]) == 6 for run in record["runs"].values())
     for event in record["events"]:
         assert event["of"] == 2 and 1 <= event["seeds"] <= 2 and len(event["steps"]) == event["seeds"]
         assert event["range"][0] <= event["median"] <= event["range"][1]
-    assert "Events over 2 seeds (0, 1):" in printed and "0:\n" in printed and "1:\n" in printed
+    assert record["seeds"] == {"0": "1", "1": "0"}
+    assert (
+        "Events over 2 seeds (seed 1 (run 0), seed 0 (run 1)):" in printed and "run 0 (seed 1):\n" in printed
+    )
     # each curve's half way, per seed, is the run's own
     for curve, steps in record["halfway"].items():
         assert steps == [run["halfway"][curve] for run in record["runs"].values()], curve
@@ -255,3 +282,160 @@ def test_dynamics_over_a_folder_refuses_runs_of_different_settings(tmp_path):
         ConfigError, match=r"differ by more than their seed: run 0 has model.num_layers=1, run 1 "
     ):
         load_script("interpret").main([f"ckpt_path={sweep}", "analysis=dynamics", f"out_dir={tmp_path}"])
+
+
+def _run(acc: list[float], score: list[float]) -> dynamics.Dynamics:
+    """A run's Dynamics from its accuracy and one task score (an attention score) over the log-spaced
+    snapshots, its loss flat: the events found as analysis=dynamics finds them."""
+    result = dynamics.Dynamics(list(STEPS), [3.4] * len(STEPS), acc, scores={"score": score})
+    result.scales = {"loss": events.nats(32), "acc": events.accuracy(32), "score": events.Scale(1.0, 0.05)}
+    dynamics.find_events(result)
+    return result
+
+
+STEPS = snapshot_steps(3000, 32)
+
+
+def _step_at(at: float, low: float, high: float) -> list[float]:
+    return [low + (high - low) / (1 + math.exp(-(math.log(max(s, 1)) - math.log(at)) / 0.05)) for s in STEPS]
+
+
+def test_over_seeds_summarises_events_only_and_names_the_seeds_without_one():
+    """Three runs (jobs 0, 1, 2 of seeds 1, 0, 2): the accuracy has an event in seeds 0 and 2 (half way
+    near 1000 and 1500); in seed 1 it drifts (its largest move is no event). `in 2 of 3 seeds`, the
+    median and range over those two only, seed 1 named as without it; the score's event comes in the
+    same snapshot interval as the accuracy's in seed 0, a few intervals later in seed 2: ordered in
+    one, not resolved in the other, so no order is claimed."""
+    from transformer_lab.analysis.seeds import over_seeds
+
+    drift = [0.03 + 0.3 * i / (len(STEPS) - 1) for i in range(len(STEPS))]
+    runs = {
+        "0": _run(drift, _step_at(1000, 0.05, 0.8)),
+        "1": _run(_step_at(1000, 0.03, 0.9), _step_at(1010, 0.05, 0.8)),
+        "2": _run(_step_at(1500, 0.03, 0.9), _step_at(2500, 0.05, 0.8)),
+    }
+    assert [e["curve"] for e in runs["0"].events] == ["score"] and runs["0"].timing()["acc"] is None
+    found = over_seeds(runs, {"0": "1", "1": "0", "2": "2"})
+    (acc,) = [e for e in found.events if e.curve == "acc"]
+    assert (acc.seeds, acc.of, acc.missing) == (2, 3, ["seed 1"])
+    assert 900 < min(acc.steps) < 1100 and 1400 < max(acc.steps) < 1600  # the drift's step is in no median
+    assert acc.describe().endswith("(median [range] of those); none in seed 1")
+    (order,) = found.orders()
+    assert (order.before, order.after) == ("score", "acc")  # by their medians: 1010 and about 1250
+    assert (order.ahead, order.behind, order.unresolved) == (0, 1, 1)
+    assert not order.claimed and "no order" in order.describe()
+    lines = found.summary()
+    assert lines[0] == "Events over 3 seeds (seed 1 (run 0), seed 0 (run 1), seed 2 (run 2)):"
+    (row,) = [line for line in lines if line.strip().startswith("acc ")]
+    assert "(no event in seed 1)" in row and row.split("half: ")[1].startswith(
+        f"{statistics.median(acc.steps):.0f} ["
+    )
+    record = found.to_dict()
+    assert record["halfway"]["acc"][0] is None and record["orders"][0]["claimed"] is False
+
+
+def test_analysis_controls_says_each_runs_events_and_margins(induction_run, tmp_path, capsys):
+    """A folder of runs (here the tiny run twice, one named as a control): one row each, the events
+    (none), each test's largest ratio and the curve nearest an event; controls.json with the curves
+    judged: the loss, the accuracy, the task's scores and every head's measures of formation."""
+    import shutil
+
+    from transformer_lab.analysis import controls
+
+    folder = tmp_path / "controls"
+    for name in ("steps_600", "mine"):
+        shutil.copytree(induction_run, folder / name)
+    load_script("interpret").main([f"ckpt_path={folder}", "analysis=controls", f"out_dir={tmp_path}"])
+    printed = capsys.readouterr().out
+    assert (
+        "steps_600 (experiment=induction_heads trainer.max_steps=600: stopped before the heads form): 6 "
+        in printed
+    )
+    header = next(line for line in printed.splitlines() if line.startswith("run "))
+    assert header.split()[:8] == ["run", "events", "range", "scale", "chance", "noise", "sudden", "kept"]
+    record = json.loads((tmp_path / "controls.json").read_text())
+    assert list(record) == ["steps_600", "mine"] and record["mine"]["overrides"] is None
+    judged = set(record["steps_600"]["curves"])
+    heads = {
+        f"L{layer}H{head} {m}" for layer in (0, 1) for head in (0, 1) for m in ("induction", "previous_token")
+    }
+    assert judged == {"loss", "acc", "induction", "previous_token", "repeat_gain"} | heads
+    for run in record.values():
+        assert run["unexpected"] == run["events"] and set(run["margins"]["tests"]) == set(events.TESTS)
+    assert [c.name for c in controls.CONTROLS] == [
+        "one_layer", "lr_tenth", "steps_600", "reverse", "no_decay", "shuffled_labels"
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="holds no runs with snapshots; analysis=controls reads a folder"):
+        load_script("interpret").main(
+            [f"ckpt_path={induction_run}", "analysis=controls", f"out_dir={tmp_path}"]
+        )
+
+
+def test_a_control_expects_only_the_events_it_names():
+    """Grokking without weight decay memorises, and its held-out accuracy rises with it to the share of
+    pairs whose mirror is trained (about 0.29) by step ~60, as in every grokking run: that event its
+    control expects; the same rise after step 100, or any other curve's event, it does not."""
+    from transformer_lab.analysis import controls
+
+    memorised = _step_at(55, 0.01, 0.29)
+    late = _step_at(2000, 0.01, 0.29)
+    no_decay = controls.BY_NAME["no_decay"]
+    early_run = _run(memorised, [0.05] * len(STEPS))
+    assert [e["curve"] for e in early_run.events] == ["acc"] and no_decay.unexpected(early_run) == []
+    late_run = _run(late, [0.05] * len(STEPS))
+    assert [e["curve"] for e in no_decay.unexpected(late_run)] == ["acc"]
+    assert controls.BY_NAME["lr_tenth"].unexpected(early_run) == early_run.events
+    lines = controls.table({"no_decay": early_run, "lr_tenth": early_run})
+    assert any("(expected: the held-out accuracy rising with memorisation" in line for line in lines)
+    assert sum("no_decay: step" in line or "lr_tenth: step" in line for line in lines) == 2
+
+
+def test_the_runs_phase_change_is_on_the_metrics_scale_and_leaves_out_the_spikes():
+    """The PhaseChange callback measures val/loss in nats of log V (V: the model's output classes, set
+    when the fit starts): the one-layer control's 0.15-nat dip is no phase change on log 32 (its scale
+    test fails), though it is 87% of its own range. The training loss it records at each validation
+    finds the spikes (two validations side by side, after the phase change, whose training and
+    validation losses jump 3.5 nats: a slingshot), which are left out: the fall at step 1500 is the
+    event, not the spike's larger recovery at step 2200."""
+    dip = PhaseChange(monitor="val/loss", direction="fall")
+    dip.outputs = 32
+    dip.history = [
+        (250 * (i + 1), v) for i, v in enumerate([3.46, 3.45, 3.44, 3.29, 3.28, 3.27] + [3.26] * 6)
+    ]
+    assert dip.change().failed == "scale" and "of its scale 3.47 nats: log 32" in dip.describe()
+    spiky = PhaseChange(monitor="val/loss", direction="fall")
+    spiky.outputs = 32
+    steps = list(range(100, 3001, 100))
+    loss = [0.8 + 2.6 / (1 + math.exp((math.log(s) - math.log(1500)) / 0.08)) for s in steps]
+    train = [v - 0.1 for v in loss]
+    for k in (19, 20):  # steps 2000 and 2100
+        loss[k] += 3.5
+        train[k] += 3.5
+    spiky.history = list(zip(steps, loss, strict=True))
+    spiky.training_loss = dict(zip(steps, train, strict=True))
+    assert spiky.spikes() == [2000, 2100]
+    change = spiky.change()
+    assert change.event and 1400 <= change.halfway <= 1600
+    spiky.training_loss = {}
+    assert spiky.change().halfway > 2100  # with the spikes in: the largest fall is the spike's recovery
+    resumed = PhaseChange(monitor="val/loss", direction="fall")
+    resumed.load_state_dict({**spiky.state_dict(), "training_loss": [[2000, 4.1]]})
+    assert resumed.training_loss == {2000: 4.1}
+
+
+def test_the_figures_mark_the_spikes(induction_run):
+    """A spike (here the snapshot at step 4, as if its training loss had jumped) is drawn as a red cross
+    on the loss and a red band on every panel, in the run's figure and in the seeds' figure."""
+    from transformer_lab.analysis.seeds import over_seeds
+    from transformer_lab.figures.dynamics import dynamics_figure, seeds_figure
+
+    result = dynamics.over_snapshots(str(induction_run), count=16)
+    result.spikes = [4]
+    figure = dynamics_figure(result, "spikes")
+    top = figure.axes[0]
+    crosses = [line for line in top.get_lines() if line.get_marker() == "x"]
+    assert [list(line.get_xdata()) for line in crosses][0] == [4]
+    assert any(text.get_text() == "spike (left out of timings)" for text in top.get_legend().get_texts())
+    assert all(any(p.get_facecolor()[0] == 1.0 for p in ax.patches) for ax in figure.axes[:1])
+    seeds = seeds_figure(over_seeds({"0": result, "1": result}), "spikes")
+    assert sum(line.get_marker() == "x" for line in seeds.axes[0].get_lines()) == 2

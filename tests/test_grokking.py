@@ -101,7 +101,7 @@ def test_a_few_steps_of_the_task_train_and_report_the_held_out_accuracy(tmp_path
     )
     assert all(len(values) == 7 for values in result.scores.values())
     assert result.scores["train_loss"][0] == pytest.approx(math.log(7), abs=0.5)  # about chance at the start
-    assert result.notes[0].startswith("key frequencies (final embedding): ")
+    assert result.notes[0].startswith("key frequencies (each embedding of steps 3 to 6): ")
 
 
 # ------------------------------------------------------------------------------ optimizer and schedule
@@ -216,6 +216,24 @@ def test_a_model_built_from_chosen_frequencies_shows_them_as_key_and_a_sparse_em
     measures = grokking.progress_measures(logits, embedding, task, [2, 5])
     assert measures.excluded_loss == pytest.approx(math.log(P), abs=1e-4)  # nothing left: uniform
     assert measures.restricted_loss == pytest.approx(measures.test_loss, abs=1e-4)
+
+
+def test_key_frequencies_are_those_that_stand_out_in_every_last_snapshot():
+    """A flat spectrum (a Gaussian embedding, Fourier sparsity within its chance region) has no key
+    frequency, though every frequency is within a fifth of the largest's norm; a frequency that is key in
+    some of the last snapshots but not all is uncertain, and said apart."""
+    flat = torch.randn(P, 64, generator=torch.Generator().manual_seed(1))
+    energy = grokking.frequency_norms(flat).pow(2)
+    assert (energy >= 0.2 * energy.max()).all() and not grokking.sparse(flat)
+    assert grokking.key_frequencies(flat) == []
+    model = FourierModel(P, {2: 3.0, 5: 3.0})
+    both = grokking.token_embeddings(model, P)
+    fading = both.clone()
+    fading[:, [1, 3]] *= 0.3  # frequency 5's columns: 0.09 of frequency 2's squared norm
+    assert grokking.key_frequencies(fading) == [2]
+    assert grokking.stable_key_frequencies([both, fading, both]) == ([2], [5])
+    assert grokking.stable_key_frequencies([flat, flat]) == ([], [])
+    assert 0 < grokking.chance_sparsity(P, 64) < grokking.SPARSE
 
 
 def test_gini():

@@ -73,6 +73,35 @@ def test_ablating_the_reversing_head_loses_the_task(method):
     assert result.important() == ["L0H0"]
 
 
+def test_the_heads_whose_removal_costs_are_those_across_their_interval():
+    """pretrained:reverse_2l4h on 32 examples: removing L1H2 costs 0.102 of the accuracy, but its 95%
+    interval [0.078, 0.127] holds 0.1, so it is not listed as costing more than 0.1: it is uncertain,
+    said apart; on 512 examples its drop (0.090) is below and its interval too. Every listed head's
+    whole interval is above 0.1, and the table prints every value's interval."""
+    from transformer_lab import load
+
+    checkpoint = load("pretrained:reverse_2l4h")
+    few = interventions.ablate_heads(checkpoint.model, *checkpoint.examples(32), level=0.95)
+    many = interventions.ablate_heads(checkpoint.model, *checkpoint.examples(512), level=0.95)
+    assert "L1H2" not in few.important() and "L1H2" in few.uncertain()
+    assert "L1H2" not in many.important() + many.uncertain() and "L1H1" in many.important()
+    for result in (few, many):
+        drops = {f"L{i}H{h}": pair for i, row in enumerate(result.drops) for h, pair in enumerate(row)}
+        assert all(drops[head][0] > 0.1 for head in result.important())
+        assert all(drops[head][0] <= 0.1 < drops[head][1] for head in result.uncertain())
+        assert result.table().count("[") == 1 + 8  # the title, and 2 layers x 4 heads with their interval
+    lines = few.findings()
+    assert lines[0].startswith("Heads whose removal costs more than 0.1 accuracy (the whole 95% interval")
+    assert (
+        lines[1].startswith("Uncertain (the interval of the drop holds 0.1): ") and "L1H2 0.102 [" in lines[1]
+    )
+    assert (
+        interventions.ablate_heads(checkpoint.model, *checkpoint.examples(32))
+        .findings()[0]
+        .endswith("L0H0, L0H3, L0H2, L1H1, L1H2")
+    )  # without intervals, the drops themselves
+
+
 def test_only_the_working_head_matters_and_sets_combine():
     model, x = hand_made(mirror=False, num_heads=2), digits()
     result = interventions.ablate_heads(model, (x,), x)

@@ -11,7 +11,7 @@ from transformer_lab.data import ReverseDataModule
 from transformer_lab.data.task import TaskDataModule
 
 KEYS = {"method", "metric", "level", "num_examples", "seconds", "nodes", "edges", "node_scores"}
-KEYS |= {"faithfulness", "circuit", "verified", "warnings", "ci"}  # (+ node_totals at edge level)
+KEYS |= {"faithfulness", "circuit", "pruned", "verified", "warnings", "ci"}  # (+ node_totals at edge level)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def test_an_answer_key_writes_its_circuit_and_grade(script, tmp_path, capsys):
     )
     out = capsys.readouterr().out
     numbers = json.loads((tmp_path / "circuit.json").read_text())
-    assert set(numbers) == KEYS | {"answer_key_auc", "node_totals", "verify_seconds"}
+    assert set(numbers) == KEYS | {"answer_key_auc", "node_totals", "verify_seconds", "method_alone"}
     assert (numbers["method"], numbers["metric"], numbers["level"]) == ("eap", "logit_diff", "edge")
     assert numbers["num_examples"] == 32 and numbers["seconds"] > 0 and numbers["node_scores"] == []
     assert numbers["answer_key_auc"] == 1.0 and numbers["verified"] == 20 and numbers["warnings"] == []
@@ -40,12 +40,15 @@ def test_an_answer_key_writes_its_circuit_and_grade(script, tmp_path, capsys):
     assert (tmp_path / "circuit.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "circuit.svg").read_text().lstrip().startswith("<?xml")
     smallest = (
-        "Smallest circuit reaching 0.9 faithfulness: 2 edges, faithfulness 1.00 [1.00, 1.00]; strongest"
+        "Smallest circuit reaching 0.9 faithfulness: 2 edges (the top 2 by |effect|, every one on a path "
+        "from the inputs to the logits), faithfulness 1.000 [1.000, 1.000]; held by at least 95% of the "
+        "resamples' circuits (each with its stability, the share that holds it), strongest first: "
     )
-    assert (
-        f"{smallest} first, each with its stability (the share of resamples whose circuit holds it): " in out
-    )
+    assert smallest in out and "uncertain" not in out
     assert "L1H0 -> logits 1.00, embed -> L1H0.v 1.00" in out and "warning:" not in out
+    # verified: what eap alone would have chosen is said beside it, the same two edges here
+    assert "eap alone (its own ranking, no exact check) would have chosen 2 edges (the top 2), " in out
+    assert numbers["method_alone"]["circuit"] == numbers["circuit"] and numbers["pruned"] == []
     assert "method=eap and metric=logit_diff are the defaults here" in out
     assert "Against the answer key's circuit: ROC AUC 1.0000" in out
 
@@ -55,7 +58,8 @@ def test_a_post_norm_model_says_it_is_scored_by_nodes(script, tmp_path, capsys):
     script.main([*args, "metric=kl", f"out_dir={tmp_path}"])
     out = capsys.readouterr().out
     numbers = json.loads((tmp_path / "circuit.json").read_text())
-    assert set(numbers) == KEYS | {"verify_seconds"} and numbers["level"] == "node" and numbers["edges"] == []
+    assert set(numbers) == KEYS | {"verify_seconds", "method_alone"}
+    assert numbers["level"] == "node" and numbers["edges"] == []
     assert [s["node"] for s in numbers["node_scores"]][:3] == ["embed", "pos_embed", "blocks.0.attn.head.0"]
     assert numbers["metric"] == "kl" and numbers["method"] == "acdc"
     assert "node level: this model is post-norm" in out

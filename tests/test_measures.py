@@ -32,14 +32,43 @@ def first_token():
 def test_the_measures_of_every_model_are_registered_once_with_a_direction_and_a_description():
     assert list(measures.MEASURES)[:3] == ["entropy", "alignment", "ablation"]
     for measure in measures.MEASURES.values():
-        assert measure.direction in ("rise", "fall") and measure.description
+        assert measure.direction in ("rise", "fall") and measure.description and measure.scale is not None
     assert [m.name for m in measures.applicable()] == ["entropy", "alignment", "ablation"]
     own = type("Own", (), {"measures": ("induction",)})()
     assert [m.name for m in measures.applicable(own)] == ["entropy", "alignment", "ablation", "induction"]
     with pytest.raises(ConfigError, match=r"measure \['nope'\] is unknown here; the measures are entropy"):
         measures.applicable(names=["nope"])
     with pytest.raises(ConfigError, match="direction='up' must be rise or fall"):
-        measures.register("x", "up", "")
+        measures.register("x", "up", "", scale=1.0)
+    with pytest.raises(TypeError, match="scale"):  # every measure says its scale
+        measures.register("x", "rise", "")
+    with pytest.raises(ConfigError, match=r"measure x: scale=-1 must be a number >= 0 .* measures.UNIFORM"):
+        measures.register("x", "rise", "", scale=-1)
+    assert "x" not in measures.MEASURES
+
+
+def test_each_measure_has_its_scale_and_its_chance_under_uniform_attention():
+    """`measures.scales`: an attention score on 1 with the chance of a head attending uniformly to the
+    keys it may see (queries zeroed: causal rows of the induction model), the entropy on that head's own
+    entropy (log(t + 1) per row), the ablated accuracy with the chance of a uniform guess (1 / V)."""
+    checkpoint = load("pretrained:induction_heads")
+    inputs, labels = checkpoint.examples(16)
+    heads = measures.Heads(checkpoint.model, inputs, labels, checkpoint.task)
+    found = measures.scales(heads, measures.applicable(checkpoint.task))
+    T = inputs[0].size(1)
+    uniform_previous = sum(1 / (t + 1) for t in range(1, T)) / (T - 1)
+    entropy = sum(math.log(t + 1) for t in range(T)) / T
+    for layer in range(2):
+        for head in range(2):
+            previous, induction = found["previous_token"][layer][head], found["induction"][layer][head]
+            assert previous.size == 1.0 and previous.chance == pytest.approx(uniform_previous, rel=1e-4)
+            assert induction.size == 1.0 and 0.01 < induction.chance < 0.1
+            scale = found["entropy"][layer][head]
+            assert scale.size == scale.chance == pytest.approx(entropy, rel=1e-4)
+            assert found["ablation"][layer][head].chance == pytest.approx(1 / 32)
+    assert "alignment" not in found  # the induction task defines none
+    trained = heads.measure()  # the trained heads are far from uniform: the scales read another pass
+    assert max(v for row in trained["induction"] for v in row) > 0.5
 
 
 def test_a_measure_computes_what_it_says_on_a_hand_made_pattern(first_token):

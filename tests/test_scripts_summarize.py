@@ -103,8 +103,9 @@ def test_runs_that_differ_only_by_seed_are_summed_up_over_the_seeds(tmp_path, ca
 
 def test_the_phase_change_of_each_run_and_over_seeds(tmp_path, capsys):
     """metrics.json's phase_change (the PhaseChange callback's half-way step, None without one): a column
-    per run, and over seeds in how many it happened and its median [range]; a run that does not say, or
-    says it in a shape no run writes, shows -."""
+    per run, and over seeds in how many it happened, its median [range] over those runs alone, and the
+    seeds of the runs without one (by seed: the sweep's job numbers are not seeds); a run that does not
+    say, or says it in a shape no run writes, shows -."""
     sweep = tmp_path / "sweep"
     said = {0: 928, 1: None, 2: 1200, 3: 990}
     for seed, step in said.items():
@@ -116,4 +117,4 @@ def test_the_phase_change_of_each_run_and_over_seeds(tmp_path, capsys):
     runs = {row["seed"]: row["phase_change"] for row in table(lines, "reverse: 5 run(s)")}
     assert runs == {"0": "928", "1": "none", "2": "1200", "3": "990", "4": "-"}
     (over,) = table(lines, "reverse over seeds")
-    assert over["runs"] == "5" and over["phase_change"] == "in 3 of 4, 990 [928..1200]"
+    assert over["runs"] == "5" and over["phase_change"] == "in 3 of 4, 990 [928..1200] (none: seed 1)"

@@ -8,6 +8,7 @@
     python -m transformer_lab.interpret ckpt_path=pretrained:key_reverse analysis=circuit method=eap
     python -m transformer_lab.interpret ckpt_path=<run> analysis=dynamics     # every measure over time
     python -m transformer_lab.interpret ckpt_path=<run> analysis=heads step=1000   # the snapshot nearest
+    python -m transformer_lab.interpret ckpt_path=<folder of runs> analysis=controls   # their margins
 
 (`python scripts/interpret.py ...` in a checkout is the same.) Each analysis runs on the first
 `num_examples` test examples of the checkpoint's task (or your own `text=`), prints its table, and writes
@@ -20,6 +21,8 @@ a figure and the numbers to `out_dir`:
     circuit       circuit.png, .svg, .json      the edges (nodes) that carry the task, scored by a registered
                                                 method (method=), faithfulness of the top-k (docs/circuits.md)
     dynamics      dynamics.png, dynamics.json   the measures of every snapshot of a run, and its phase changes
+    controls      controls.json                 runs in which no phase change can appear (analysis.controls):
+                                                their events and how near each came to one
 
 `step=N` runs an analysis on the snapshot of the run (ckpt_path=<run dir>) nearest step N.
 """
@@ -38,7 +41,7 @@ from transformer_lab.files import write_figure, write_text
 if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
 
-ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit")
+ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit", "controls")
 METHODS = ("zero", "mean")  # analysis.interventions.ABLATIONS, without importing torch to check it
 ONLY_FOR = {  # the keys that apply to some analyses only
     "method": ("heads", "circuit"),
@@ -54,6 +57,7 @@ DEFAULT_EXAMPLES = {
     "faithfulness": 16,
     "dynamics": 256,
     "circuit": 64,
+    "controls": 256,
 }
 PASSES = {  # forward passes per example of the analyses whose default count fits a time budget
     "heads": lambda model: len(model.attention_layers()) * model.config.num_heads + 4,  # each head off
@@ -61,7 +65,7 @@ PASSES = {  # forward passes per example of the analyses whose default count fit
 }
 KEYS = {
     "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
-    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit (required)",
+    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | controls (required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
     "num_examples": "how many test examples (default: heads 512 and lens 512, or as many as fit 15 s on this "
     "machine; patching 64, faithfulness 16, dynamics 256)",
@@ -108,8 +112,8 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
             f"method={args.get('method')} is unknown; use zero or mean",
         )
     require(
-        not ("step" in args and analysis == "dynamics"),
-        "step= picks one snapshot; analysis=dynamics reads them all: leave step= out",
+        not ("step" in args and analysis in ("dynamics", "controls")),
+        f"step= picks one snapshot; analysis={analysis} reads them all: leave step= out",
     )
     for key, only in ONLY_FOR.items():
         require(
@@ -158,8 +162,8 @@ def analyse_heads(model, inputs, labels, task, args, out_dir: Path) -> None:
         interventions.check_heads(model, heads)
     result = interventions.ablate_heads(model, inputs, labels, method=method, level=ci_level(args))
     print(result.table())
-    important = result.important()
-    print(f"Heads whose removal costs more than 0.1 accuracy: {', '.join(important) or 'none'}")
+    for line in result.findings():
+        print(line)
     numbers = result.to_dict()
     if heads:
         together = interventions.ablate_head_set(model, inputs, labels, heads, method=method)
@@ -223,14 +227,18 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     for name, row in result.resid.items():
         best = max(range(len(row)), key=row.__getitem__)
         print(f"  {name:<36} position {best:>2}: {row[best]:6.2f}")
-    noise = [[lo <= 0 <= hi for lo, hi in row] for row in result.head_intervals or []] or [
-        [False] * len(row) for row in result.heads
-    ]
-    for layer, row, near in zip(result.layers, result.heads, noise, strict=True):
-        cells = (f"{v:6.2f}{'~' if n else ' '}" for v, n in zip(row, near, strict=True))
+    bounds = result.head_intervals or [[None] * len(row) for row in result.heads]
+    for layer, row, bound in zip(result.layers, result.heads, bounds, strict=True):
+        cells = []
+        for value, interval in zip(row, bound, strict=True):
+            if interval is None:
+                cells.append(f"{value:6.2f} ")
+            else:
+                low, high = interval
+                cells.append(f"{value:6.2f} [{low:5.2f}, {high:5.2f}]{'~' if low <= 0 <= high else ' '}")
         print(f"  {layer:<36} " + " ".join(cells).rstrip())
     if result.head_intervals is not None:
-        print(f"  (~: 0 is in its {result.level:.0%} interval over the pairs: within noise)")
+        print(f"  ([its {result.level:.0%} interval over the pairs]; ~: 0 is in it, within noise)")
     title = f"Activation patching: source token {position} changed ({count} pairs)"
     write(
         out_dir,
@@ -299,7 +307,7 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
     """Every measure over a run's snapshots; over a folder of runs that differ by their seed (a sweep),
     each run's and its events over the seeds (`analysis.seeds`)."""
     from transformer_lab import snapshots
-    from transformer_lab.analysis.dynamics import over_snapshots
+    from transformer_lab.analysis.dynamics import over_snapshots, spike_line
     from transformer_lab.analysis.seeds import over_seeds
     from transformer_lab.figures.dynamics import dynamics_figure, seeds_figure
 
@@ -314,20 +322,67 @@ def analyse_dynamics(args: dict[str, str], count: int, out_dir: Path) -> None:
         write(out_dir, "dynamics", result.to_dict(), dynamics_figure(result, title))
     else:
         require_one_setting(location, runs)
-        results = {}
+        results, seeds = {}, {run.name: seed for run in runs if (seed := run_seed(run)) is not None}
         for run in runs:
-            print(f"{run.name}:")
+            print(f"run {run.name} (seed {seeds.get(run.name, 'unknown')}):")
             result = over_snapshots(str(run), count, device, args.get("data_path"), progress=print)
             last = ", ".join(f"{name} {values[-1]:.3g}" for name, (values, _) in result.curves().items())
             print(f"  at step {result.steps[-1]}: {last}")
-            for line in [*result.notes, *(f"step {e['halfway']:>8}: {e['what']}" for e in result.events)]:
+            said = [*result.notes, *(f"step {e['halfway']:>8}: {e['what']}" for e in result.events)]
+            if result.spikes:
+                said.insert(0, spike_line(result.spikes))
+            for line in said:
                 print(f"  {line}")
             results[run.name] = result
-        seeds = over_seeds(results)
-        for line in seeds.summary():
+        seeds_found = over_seeds(results, seeds)
+        for line in seeds_found.summary():
             print(line)
-        write(out_dir, "dynamics", seeds.to_dict(), seeds_figure(seeds, location))
+        write(out_dir, "dynamics", seeds_found.to_dict(), seeds_figure(seeds_found, location))
     print(f"(dynamics took {time.perf_counter() - started:.1f} s)")
+
+
+def analyse_controls(args: dict[str, str], count: int, out_dir: Path) -> None:
+    """Every run under a folder (each a negative control, `analysis.controls`): its events and margins."""
+    from transformer_lab import snapshots
+    from transformer_lab.analysis import controls
+    from transformer_lab.analysis.dynamics import over_snapshots
+
+    started = time.perf_counter()
+    device, location = pick_device(args.get("device", "auto")), args["ckpt_path"]
+    runs = snapshots.runs(location)
+    require(
+        bool(runs),
+        f"{location} holds no runs with snapshots; analysis=controls reads a folder of runs, one per control "
+        "(docs/dynamics.md, the controls)",
+    )
+    order = {name: i for i, name in enumerate(controls.BY_NAME)}  # the library's order, then the others
+    runs = sorted(runs, key=lambda run: (order.get(run.name, len(order)), run.name))
+    results = {}
+    for folder in runs:
+        result = over_snapshots(str(folder), count, device, args.get("data_path"))
+        known = controls.BY_NAME.get(folder.name)
+        said = f" ({known.overrides}: {known.why})" if known else ""
+        steps = f"{len(result.steps)} snapshots, steps {result.steps[0]} to {result.steps[-1]}"
+        print(f"{folder.name}{said}: {steps}")
+        results[folder.name] = result
+    for line in controls.table(results):
+        print(line)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "controls.json").write_text(json.dumps(controls.to_dict(results), indent=1) + "\n")
+    print(f"Wrote controls.json to {out_dir}")
+    print(f"(controls took {time.perf_counter() - started:.1f} s)")
+
+
+def run_seed(run: Path) -> str | None:
+    """The seed a run of a sweep was trained with (its `.hydra/config.yaml`), as text; None where it
+    does not say (a folder of runs not made by train.py). Runs of a sweep are numbered by job, not by
+    seed: `seed=1,0` makes run 0 the seed-1 run."""
+    from transformer_lab import run_files
+
+    if not (run / ".hydra" / "config.yaml").is_file():
+        return None
+    seed = run_files.config(run).get("seed")
+    return None if seed is None else str(seed)
 
 
 def require_one_setting(location: str, runs: list[Path]) -> None:
@@ -366,6 +421,9 @@ def interpret(args: dict[str, str]) -> None:
     )
     if analysis == "dynamics":
         analyse_dynamics(args, count, out_dir)
+        return
+    if analysis == "controls":
+        analyse_controls(args, count, out_dir)
         return
     if "step" in args:
         from transformer_lab import snapshots

@@ -180,6 +180,11 @@ def summary(result: Circuit, location: str, names: Sequence[str] | None = None) 
         by = "effects" if result.check is not None else "scores"
         lines.append(f"Per node, the {by} of its edges summed (into it / out of it): {shown}")
     ranked = "|effect| (the exact one where verified; " if result.check is not None else "|score| ("
+    ranked = (
+        ranked.replace("(", "(each circuit pruned of its dangling edges; ", 1)
+        if g.level == "edge"
+        else ranked
+    )
     curve = ", ".join(f"{k}: {f:.2f}" for k, f in zip(result.sizes, result.curve, strict=True))
     lines.append(
         f"Faithfulness of the top-k {what} by {ranked}k: faithfulness): {curve}; area {result.area:.3f}"
@@ -188,6 +193,7 @@ def summary(result: Circuit, location: str, names: Sequence[str] | None = None) 
         lines.append("No circuit of these reaches 0.9 faithfulness")
     else:
         lines.append(_circuit_line(result, label, unit_names, what))
+    lines += _alone_line(result, label, unit_names, what)
     if result.kept is not None:
         lines.append(
             f"ACDC kept {int(result.kept.sum())} {what} (each other one moved the metric by less than "
@@ -204,27 +210,95 @@ def summary(result: Circuit, location: str, names: Sequence[str] | None = None) 
 
 
 def _circuit_line(result: Circuit, label: Callable[[str], str], names: list[str], what: str) -> str:
-    """The smallest circuit: its faithfulness (and interval), its members strongest first (and their
-    stability)."""
+    """The smallest circuit: its size (the top units it was chosen from and the dangling ones pruned),
+    its faithfulness and interval (and whether that interval holds 0.9), its members held across their
+    interval strongest first, and apart the uncertain units (see `_members`)."""
     g, bounds = result.graph, result.intervals
     units = result.circuit if g.level == "edge" else [g.scored.index(n) for n in result.circuit]
-    effects = result.effects
-    members = sorted(units, key=lambda u: -abs(float(effects[u])))
-    stability = None if bounds is None else bounds.stability
-    shown = ", ".join(
-        label(names[u]) + ("" if stability is None else f" {float(stability[u]):.2f}") for u in members[:12]
-    ) + (", ..." if len(members) > 12 else "")
-    faithful = f"faithfulness {result.circuit_faithfulness():.2f}"
+    size = f"{len(units)} {what}"
+    if result.pruned:
+        dangling = ", ".join(label(names[u]) for u in result.pruned)
+        size += (
+            f" (the top {result.smallest} by |effect|, {len(result.pruned)} of them pruned: on no path from "
+            f"the inputs to the logits within the circuit: {dangling})"
+        )
+    elif g.level == "edge":
+        size += f" (the top {result.smallest} by |effect|, every one on a path from the inputs to the logits)"
+    faithful = f"faithfulness {result.circuit_faithfulness():.3f}"
     if bounds is not None:
         low, high = bounds.faithfulness[result.smallest]
-        faithful += f" [{low:.2f}, {high:.2f}]"
-    held = (
-        ""
-        if stability is None
-        else ", each with its stability (the share of resamples whose circuit holds it)"
+        faithful += f" [{low:.3f}, {high:.3f}]"
+        if low < FAITHFUL_SHOWN:
+            faithful += f" (its interval holds {FAITHFUL_SHOWN}: whether it reaches it is uncertain)"
+    return f"Smallest circuit reaching {FAITHFUL_SHOWN} faithfulness: {size}, {faithful}; " + _members(
+        result, units, label, names
     )
-    size = f"{len(members)} {what}, {faithful}"
-    return f"Smallest circuit reaching 0.9 faithfulness: {size}; strongest first{held}: {shown}"
+
+
+FAITHFUL_SHOWN = 0.9  # evidence.FAITHFUL, without importing torch here
+
+
+def _members(result: Circuit, units: list[int], label: Callable[[str], str], names: list[str]) -> str:
+    """The circuit's members strongest first; with intervals, only those held by at least the level's
+    share of the resamples' circuits (stability), and apart the uncertain: members held by fewer, and
+    units outside it held by more than the rest of the resamples."""
+    effects, bounds = result.effects, result.intervals
+    members = sorted(units, key=lambda u: -abs(float(effects[u])))
+
+    def said(chosen: list[int], limit: int = 12) -> str:
+        shown = chosen[:limit]
+        text = ", ".join(
+            label(names[u])
+            + ("" if bounds is None or bounds.stability is None else f" {float(bounds.stability[u]):.2f}")
+            for u in shown
+        )
+        return text + (", ..." if len(chosen) > limit else "")
+
+    if bounds is None or bounds.stability is None:
+        return f"strongest first: {said(members)}"
+    stability, level = bounds.stability, bounds.level
+    held = [u for u in members if float(stability[u]) >= level]
+    shaky = [u for u in members if float(stability[u]) < level]
+    outside = sorted(
+        (u for u in range(len(stability)) if u not in set(units) and float(stability[u]) > 1 - level),
+        key=lambda u: -float(stability[u]),
+    )
+    line = (
+        f"held by at least {level:.0%} of the resamples' circuits (each with its stability, the share "
+        f"that holds it), strongest first: {said(held) or 'none'}"
+    )
+    if shaky or outside:
+        parts = [f"in it, {said(shaky)}"] if shaky else []
+        parts += [f"not in it, {said(outside)}"] if outside else []
+        line += f"; uncertain (held by {1 - level:.0%} to {level:.0%} of them): {'; '.join(parts)}"
+    return line
+
+
+def _alone_line(result: Circuit, label: Callable[[str], str], names: list[str], what: str) -> list[str]:
+    """With verify=: what the method's own ranking alone would have chosen, beside the circuit built from
+    the exact effects of its top units (methods compared by what they alone find)."""
+    from transformer_lab.analysis.circuits.evaluation import area
+
+    alone, g = result.alone, result.graph
+    if alone is None:
+        return []
+    if alone.circuit is None:
+        return [
+            f"{result.method} alone (its own ranking, no exact check): no circuit reaches {FAITHFUL_SHOWN}"
+        ]
+    units = alone.circuit if g.level == "edge" else [g.scored.index(n) for n in alone.circuit]
+    units = sorted(units, key=lambda u: -abs(float(result.scores[u])))
+    mine = set(
+        result.circuit_units() if g.level == "edge" else [g.scored.index(n) for n in result.circuit or []]
+    )
+    same = "the same" if set(units) == mine else f"{len(set(units) & mine)} of them in the circuit above"
+    shown = ", ".join(label(names[u]) for u in units[:12]) + (", ..." if len(units) > 12 else "")
+    return [
+        f"{result.method} alone (its own ranking, no exact check) would have chosen {len(units)} {what} "
+        f"(the top {alone.smallest}), faithfulness {alone.faithfulness:.3f} ({same}), strongest first: "
+        f"{shown}; "
+        f"area of its curve {area(alone.sizes, alone.curve, g.units):.3f}"
+    ]
 
 
 def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], out_dir: Path) -> Circuit:

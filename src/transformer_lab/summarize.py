@@ -231,7 +231,8 @@ def over_seeds(runs: list[Run], differing: list[str], metrics: list[str]) -> lis
     """Where runs differ only by their seed: one row per setting (the other differing values), with how
     many seeds finished and, per metric, the mean +- the standard deviation over them and their range
     (min..max): how far a result moves when nothing but the seed does; and in how many seeds the run had
-    a phase change, its half-way step's median [range]. Empty without such runs."""
+    a phase change, its half-way step's median [range] over those runs alone, and the seeds of the runs
+    without one. Empty without such runs."""
     if "seed" not in differing:
         return []
     others = [k for k in differing if k != "seed"]
@@ -251,11 +252,13 @@ def over_seeds(runs: list[Run], differing: list[str], metrics: list[str]) -> lis
                 continue
             mean, sd = statistics.mean(values), statistics.stdev(values)
             row[metric] = f"{mean:.4g} +- {sd:.2g} [{min(values):.4g}..{max(values):.4g}]"
-        said = [r.phase_change() for r in group if r.phase_change() != "-"]
+        said = [r for r in group if r.phase_change() != "-"]
         if said:
-            steps = [s for s in said if s is not None]
+            steps = [r.phase_change() for r in said if r.phase_change() is not None]
             where = f", {statistics.median(steps):.0f} [{min(steps)}..{max(steps)}]" if steps else ""
-            row[PHASE] = f"in {len(steps)} of {len(said)}{where}"
+            none = [fmt(r.value("seed")) for r in said if r.phase_change() is None]
+            without = f" (none: seed {', '.join(none)})" if none and steps else ""
+            row[PHASE] = f"in {len(steps)} of {len(said)}{where}{without}"
         table.append(row)
     return table
 

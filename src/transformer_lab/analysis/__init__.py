@@ -15,7 +15,7 @@ intervals.py       bootstrap intervals over examples (the same resamples for eve
 events.py          phase changes: the one rule (large, beyond the noise, sudden, kept) and half-way steps
 dynamics.py        every measure over a run's snapshots, its events
 seeds.py           the same over runs that differ only by their seed: in how many, median [range]
-induction.py       induction and previous-token scores, the in-context loss
+induction.py       induction and previous-token scores, the repeat gain
 grokking.py        Nanda et al.'s progress measures (key frequencies, restricted and excluded loss)
 arguments.py       what every function accepts (a model or a checkpoint; a tensor or a tuple)
 """

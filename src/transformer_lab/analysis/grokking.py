@@ -7,7 +7,8 @@ b as cos(w_k a), sin(w_k a), ..., and its logits are sums of cos(w_k (a + b - c)
 * the embedding in the Fourier basis over the p tokens (constant, cos(w_k x), sin(w_k x) for k = 1 ..
   (p - 1) / 2, each of norm 1): its norm per frequency, ||F_k W_E|| over the cos and sin rows;
 * key frequencies: the few frequencies that carry most of that norm in the final model
-  (`key_frequencies`);
+  (`key_frequencies`; none where no frequency stands out, and only those that do in each of the run's
+  last snapshots, `stable_key_frequencies`);
 * Fourier sparsity: the Gini coefficient of the per-frequency norms (0: every frequency alike; towards 1:
   a few frequencies only), which rises as the embedding sheds the frequencies it does not use;
 * restricted loss: the loss with the logits kept only along the key frequencies: over the p^2 inputs, for
@@ -68,12 +69,42 @@ def fourier_sparsity(embedding: Tensor) -> float:
     return gini(frequency_norms(embedding))
 
 
+def chance_sparsity(p: int, width: int, draws: int = 32) -> float:
+    """The Fourier sparsity of an embedding that has learned nothing: its mean over `draws` Gaussian
+    [p, width] embeddings (from a fixed seed), where a model's starts."""
+    generator = torch.Generator().manual_seed(0)
+    values = [fourier_sparsity(torch.randn(p, width, generator=generator)) for _ in range(draws)]
+    return sum(values) / draws
+
+
 def key_frequencies(embedding: Tensor, share: float = 0.2) -> list[int]:
     """The frequencies k (1 .. (p - 1) // 2) whose squared norm in the embedding is at least `share` of the
-    largest one's: the few spikes of a grokked model's embedding spectrum, every frequency of an
-    untrained one."""
+    largest one's: the few spikes of a grokked model's embedding spectrum. None where no frequency stands
+    out: an embedding whose Fourier sparsity is within its chance region (`sparse`) has no key frequency
+    (every frequency of an untrained one would pass)."""
+    if not sparse(embedding):
+        return []
     energy = frequency_norms(embedding).pow(2)
     return [k + 1 for k in range(energy.numel()) if energy[k] >= share * energy.max()]
+
+
+SPARSE = 0.1  # Fourier sparsity above chance by this (a tenth of its scale, 1): some frequencies stand out
+
+
+def sparse(embedding: Tensor) -> bool:
+    """Whether the embedding's Fourier sparsity has left its chance region (that of a Gaussian embedding of
+    the same shape, `chance_sparsity`, plus SPARSE): whether any frequency stands out at all."""
+    p, width = embedding.shape
+    return fourier_sparsity(embedding) >= chance_sparsity(p, width) + SPARSE
+
+
+def stable_key_frequencies(embeddings: Sequence[Tensor], share: float = 0.2) -> tuple[list[int], list[int]]:
+    """(key, uncertain) over several embeddings of one run (its last snapshots): the key frequencies of
+    every one of them, and those that are key in some but not all (their share of the largest's squared
+    norm crosses `share` within the range the snapshots span)."""
+    found = [set(key_frequencies(embedding, share)) for embedding in embeddings]
+    every, some = set.intersection(*found), set.union(*found)
+    return sorted(every), sorted(some - every)
 
 
 def pair_directions(p: int, frequencies: Sequence[int]) -> Tensor:

@@ -1,5 +1,5 @@
 """Induction heads (Olsson et al., 2022, "In-context learning and induction heads"): per-head scores on
-sequences with a repeated segment (task=induction), and the in-context loss difference.
+sequences with a repeated segment (task=induction), and the repeat gain.
 
     ... [A B C D] ... [A B C D] ...      query: the repeated B (second occurrence)
                          ^       ^       induction head: attends to C, the token after the earlier B
@@ -9,10 +9,12 @@ sequences with a repeated segment (task=induction), and the in-context loss diff
   the repeat determines), from t to s(t) + 1, where s(t) is the earlier occurrence of token t:
   mean_t A[t, s(t) + 1]. 1.0 for a head that does exactly that, about 1/t for uniform attention.
 * previous-token score: its mean attention from each position t >= 1 to t - 1: mean_t A[t, t - 1].
-* in-context loss difference: the loss on the segment's first occurrence (random tokens: about
-  log(vocab_size) whatever the model) minus the loss on its repeat; near 0 without an induction circuit,
-  and up to log(vocab_size) when the repeat is copied perfectly (Olsson et al.'s "in-context learning
-  score" compares a late token's loss with an early one's in natural text).
+* repeat gain: the loss on the tokens of the segment's first occurrence (random tokens: about
+  log(vocab_size) whatever the model) minus the loss on the same tokens in its repeat, in nats: what
+  having seen a token before gains; near 0 without an induction circuit, up to log(vocab_size) when the
+  repeat is copied perfectly. It is not Olsson et al.'s "in-context learning score" (the loss of the
+  500th token of a natural text minus the 50th's, which needs long natural contexts): it measures the
+  gain on the repeat itself, the one thing in-context learning can do on random tokens.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def previous_token_scores(pattern: Tensor) -> Tensor:
     return pattern.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
 
 
-def in_context_loss(logits: Tensor, data: Repeats) -> tuple[float, float]:
+def first_and_repeat_loss(logits: Tensor, data: Repeats) -> tuple[float, float]:
     """(loss on the first occurrence's determined positions, loss on the repeat's): mean cross-entropy of
     the next token at each, in nats."""
     losses = F.cross_entropy(logits.flatten(0, 1), data.labels.flatten(), reduction="none").view_as(
@@ -100,7 +102,7 @@ def in_context_loss(logits: Tensor, data: Repeats) -> tuple[float, float]:
 @dataclass
 class InductionScores:
     """Per head ([layer][head]) induction and previous-token scores; the largest of each; the losses on
-    the first occurrence and on the repeat, and their difference (`in_context`)."""
+    the first occurrence and on the repeat, and their difference (`repeat_gain`)."""
 
     layers: list[str]
     induction: list[list[float]]
@@ -109,7 +111,7 @@ class InductionScores:
     repeat_loss: float
 
     @property
-    def in_context(self) -> float:
+    def repeat_gain(self) -> float:
         return self.first_loss - self.repeat_loss
 
     def best(self, name: str) -> float:
@@ -136,5 +138,5 @@ def induction_head_scores(model: TokenModel, data: Repeats) -> InductionScores:
         pattern = cache[f"{layer.name}.hook_pattern"]
         induction.append(induction_scores(pattern, data).tolist())
         previous.append(previous_token_scores(pattern).tolist())
-    first, repeat = in_context_loss(logits, data)
+    first, repeat = first_and_repeat_loss(logits, data)
     return InductionScores([layer.label for layer in layers], induction, previous, first, repeat)

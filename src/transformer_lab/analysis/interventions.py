@@ -123,8 +123,9 @@ def ablation_hooks(
 @dataclass
 class HeadAblation:
     """The metric with each head ablated: `ablated[layer][head]`, next to `baseline` (nothing ablated);
-    with `level`, each value's interval over the examples (`intervals[layer][head]`: [low, high]) and
-    whether its drop from the baseline is within noise (`within_noise`: the drop's interval holds 0)."""
+    with `level`, each value's interval over the examples (`intervals[layer][head]`: [low, high]), the
+    interval of its drop from the baseline (`drops`, the same resamples) and whether that drop is within
+    noise (`within_noise`: its interval holds 0)."""
 
     layers: list[str]
     baseline: float
@@ -134,30 +135,79 @@ class HeadAblation:
     level: float = 0.0
     intervals: list[list[list[float]]] | None = None
     within_noise: list[list[bool]] | None = None
+    drops: list[list[list[float]]] | None = None
+
+    def _drops(self) -> list[tuple[float, float, float, str]]:
+        """(drop, low, high, head) for every head; without intervals, low = high = the drop."""
+        found = []
+        for i, (layer, row) in enumerate(zip(self.layers, self.ablated, strict=True)):
+            for h, value in enumerate(row):
+                drop = self.baseline - value
+                low, high = self.drops[i][h] if self.drops is not None else (drop, drop)
+                found.append((drop, low, high, head_label(layer, h)))
+        return sorted(found, key=lambda d: -d[0])
 
     def important(self, drop: float = 0.1) -> list[str]:
-        """The heads whose removal costs more than `drop` of the metric, most important first."""
-        drops = [
-            (self.baseline - value, head_label(layer, h))
-            for layer, row in zip(self.layers, self.ablated, strict=True)
-            for h, value in enumerate(row)
-        ]
-        return [label for d, label in sorted(drops, reverse=True) if d > drop]
+        """The heads whose removal costs more than `drop` of the metric across the whole interval of the
+        drop (its low end above it; without intervals, the drop itself), most important first."""
+        return [head for _, low, _, head in self._drops() if low > drop]
+
+    def uncertain(self, drop: float = 0.1) -> list[str]:
+        """The heads whose drop's interval holds `drop`: whether removing them costs that much, the
+        examples do not settle (most costly first)."""
+        return [head for _, low, high, head in self._drops() if low <= drop < high]
+
+    def findings(self, drop: float = 0.1) -> list[str]:
+        """The lines a tool prints: the heads whose removal costs more than `drop` (across the interval),
+        each with its drop and interval; and apart, those the interval leaves uncertain."""
+        by_head = {head: (d, low, high) for d, low, high, head in self._drops()}
+
+        def said(heads: list[str]) -> str:
+            if self.drops is None:
+                return ", ".join(heads) or "none"
+            return ", ".join(
+                f"{h} {by_head[h][0]:.3f} [{by_head[h][1]:.3f}, {by_head[h][2]:.3f}]" for h in heads
+            )
+
+        metric = "accuracy" if self.metric == "acc" else self.metric
+        what = f"Heads whose removal costs more than {drop:g} {metric}"
+        if self.drops is None:
+            return [f"{what}: {said(self.important(drop))}"]
+        found = said(self.important(drop)) or "none"
+        lines = [f"{what} (the whole {self.level:.0%} interval of the drop): {found}"]
+        uncertain = said(self.uncertain(drop)) or "none"
+        return [*lines, f"Uncertain (the interval of the drop holds {drop:g}): {uncertain}"]
 
     def table(self) -> str:
-        """The [layers, heads] table as text, one row per attention layer; with intervals, a `~` after
-        the values whose drop from the baseline is within noise."""
+        """The [layers, heads] table as text, one row per attention layer, each value with its interval
+        over the examples where there is one, and a `~` after those whose drop from the baseline is
+        within noise (its interval holds 0)."""
         heads = len(self.ablated[0])
         width = max(len(name) for name in self.layers)
         noise = self.within_noise or [[False] * heads for _ in self.layers]
-        mark = f"; ~: within the {self.level:.0%} interval over examples" if self.within_noise else ""
+        bounds = self.intervals or [[None] * heads for _ in self.layers]
+        mark = (
+            f"; [its {self.level:.0%} interval over the examples], ~: the drop's holds 0"
+            if self.within_noise
+            else ""
+        )
+
+        def cell(value: float, bound: list[float] | None, near: bool) -> str:
+            interval = "" if bound is None else f" [{bound[0]:.3f}, {bound[1]:.3f}]"
+            return f"{value:.3f}{interval}{'~' if near else ' '}"
+
+        rows = [
+            [cell(v, b, n) for v, b, n in zip(row, bound_row, near, strict=True)]
+            for row, bound_row, near in zip(self.ablated, bounds, noise, strict=True)
+        ]
+        size = max(len(c) for row in rows for c in row)
         lines = [
             f"{self.metric} with one head {self.method}-ablated (baseline {self.baseline:.3f}{mark}):",
-            f"{'layer':<{width}} " + " ".join(f"{'head ' + str(h):>7} " for h in range(heads)).rstrip(),
+            f"{'layer':<{width}} "
+            + " ".join(f"{'head ' + str(h):>{size - 1}} " for h in range(heads)).rstrip(),
         ]
-        for name, row, near in zip(self.layers, self.ablated, noise, strict=True):
-            cells = " ".join(f"{value:>7.3f}{'~' if n else ' '}" for value, n in zip(row, near, strict=True))
-            lines.append(f"{name:<{width}} " + cells.rstrip())
+        for name, row in zip(self.layers, rows, strict=True):
+            lines.append(f"{name:<{width}} " + " ".join(f"{c:>{size}}" for c in row).rstrip())
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -168,7 +218,14 @@ class HeadAblation:
             "layers": self.layers,
             "ablated": self.ablated,
             **(
-                {"ci": {"level": self.level, "ablated": self.intervals, "within_noise": self.within_noise}}
+                {
+                    "ci": {
+                        "level": self.level,
+                        "ablated": self.intervals,
+                        "drops": self.drops,
+                        "within_noise": self.within_noise,
+                    }
+                }
                 if self.intervals is not None
                 else {}
             ),
@@ -236,10 +293,8 @@ def ablate_heads(
         shape = (len(layers), heads)
         result.level = level
         result.intervals = torch.stack(ablated, dim=-1).view(*shape, 2).tolist()
-        result.within_noise = [
-            [intervals.within(lo, hi) for lo, hi in row]
-            for row in torch.stack(drops, dim=-1).view(*shape, 2).tolist()
-        ]
+        result.drops = torch.stack(drops, dim=-1).view(*shape, 2).tolist()
+        result.within_noise = [[intervals.within(lo, hi) for lo, hi in row] for row in result.drops]
     return result
 
 

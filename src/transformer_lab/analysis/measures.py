@@ -8,7 +8,8 @@ iterate `MEASURES`, so a new measure is one function and one registration:
 
     from transformer_lab.analysis import measures
 
-    @measures.register("first_token", "rise", "attention mass on the first token")
+    @measures.register("first_token", "rise", "attention mass on the first token",
+                       scale=1.0, chance=measures.UNIFORM)
     def first_token(heads: measures.Heads) -> list[list[float | None]]:
         return heads.per_layer(lambda pattern, layer: pattern[..., 0].mean(dim=(0, 2)))
 
@@ -17,6 +18,19 @@ computing once for all measures (every attention pattern from one forward pass, 
 ablation table), and returns [layer][head] values (None where it does not apply, e.g. the alignment of a
 decoder's self-attention in an encoder-decoder). A task's own measures (`task=True`) are computed for
 the tasks that name them (`TaskDataModule.measures`), every other one for every model.
+
+A measure whose move in its direction says that a head took a role (`formation=True`: alignment, the
+tasks' induction and previous-token scores) has its phase changes over training claimed by
+`analysis=dynamics`; the others are drawn over time, not claimed: a head's attention can sharpen and
+relax again without it taking any role (its entropy falls, as in the lr/10 and 600-step controls of
+docs/dynamics.md), and the accuracy without a head follows the model's.
+
+Each measure registers its **scale** and its **chance** (`analysis.events.Scale`: a move of a head's
+measure over training is an event only if it moves a tenth of its scale and leaves its chance region):
+a number (1 for an attention mass or an accuracy), `UNIFORM` (the measure itself under attention that
+reads nothing: every head's queries zeroed, so that each query attends uniformly to the keys it may see;
+an entropy's scale and chance, an attention score's chance) or a function of the `Heads` (a number or a
+[layer][head] table: `chance_accuracy`, 1 / the output classes).
 """
 
 from __future__ import annotations
@@ -28,21 +42,23 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from transformer_lab.analysis import explain, induction, interventions
+from transformer_lab.analysis import events, explain, induction, intervals, interventions
 from transformer_lab.errors import require
 from transformer_lab.nn import AttentionLayer, TokenModel, evaluating
 
 DIRECTIONS = ("rise", "fall")  # how a measure moves as a head forms: alignment rises, entropy falls
 Table = list[list[float | None]]  # [layer][head]
+UNIFORM = "uniform"  # a scale or chance: the measure under uniform attention (`uniform`)
+Reference = float | str | Callable[["Heads"], float | Table] | None  # a scale or a chance
 
 
 @dataclass(frozen=True)
 class Measure:
     """A registered measure: its name, which way it moves as a head forms (`rise` or `fall`), a one-line
     description, the function, whether it takes a forward pass per head (`costly`: the callback logs it
-    once, at the end of training), whether it is a task's own (computed where the task names it) and its
-    full scale where it has one (1 for an attention mass or an accuracy: a phase change of a head's
-    measure must move by a tenth of it, `analysis.events`)."""
+    once, at the end of training), whether it is a task's own (computed where the task names it), its
+    scale and its chance, and whether its move is a head taking a role (`formation`: its phase changes
+    are claimed; see the module docstring; `scales` resolves the scale and chance for a model)."""
 
     name: str
     direction: str
@@ -50,21 +66,41 @@ class Measure:
     function: Callable[[Heads], Table | Tensor | None]
     costly: bool = False
     task: bool = False
-    scale: float = 0.0
+    scale: Reference = None
+    chance: Reference = None
+    formation: bool = False
 
 
 MEASURES: dict[str, Measure] = {}
 
 
 def register(
-    name: str, direction: str, description: str, costly: bool = False, task: bool = False, scale: float = 0.0
+    name: str,
+    direction: str,
+    description: str,
+    costly: bool = False,
+    task: bool = False,
+    *,
+    scale: Reference,
+    chance: Reference = None,
+    formation: bool = False,
 ) -> Callable[[Callable], Callable]:
-    """Register `function(heads) -> [layer][head] values` as the measure `name` (see the module
-    docstring); registering a name again replaces it."""
+    """Register `function(heads) -> [layer][head] values` as the measure `name`, with its `scale` and
+    `chance`, and whether its move is a head taking a role (`formation`; see the module docstring);
+    registering a name again replaces it."""
     require(direction in DIRECTIONS, f"measure {name}: direction={direction!r} must be rise or fall")
+    for key, value in (("scale", scale), ("chance", chance)):
+        number = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+        require(
+            (value is None and key == "chance") or value == UNIFORM or callable(value) or number,
+            f"measure {name}: {key}={value!r} must be a number >= 0 (1.0 for an attention mass or an "
+            "accuracy), measures.UNIFORM or a function of the Heads",
+        )
 
     def add(function: Callable) -> Callable:
-        MEASURES[name] = Measure(name, direction, description, function, costly, task, scale)
+        MEASURES[name] = Measure(
+            name, direction, description, function, costly, task, scale, chance, formation
+        )
         return function
 
     return add
@@ -79,6 +115,7 @@ class Heads:
     labels: Tensor
     task: Any = None  # the TaskDataModule of the examples, where there is one
     cache: dict[str, Any] = field(default_factory=dict)  # anything else a measure computes once
+    hooks: list = field(default_factory=list)  # forward hooks on in every pass (`uniform`)
 
     @property
     def layers(self) -> list[AttentionLayer]:
@@ -94,7 +131,7 @@ class Heads:
         """The logits and every attention pattern on the examples: one forward pass, the first time."""
 
         def run() -> tuple[Tensor, dict[str, Tensor]]:
-            with evaluating(self.model), torch.no_grad():
+            with evaluating(self.model), torch.no_grad(), self.model.hooks(self.hooks):
                 return self.model.run_with_cache(
                     *self.inputs, names_filter=lambda name: name.endswith("hook_pattern")
                 )
@@ -122,8 +159,14 @@ class Heads:
         return self.once("expected", lambda: alignment(self.inputs, self.labels) if alignment else None)
 
     def ablation(self) -> interventions.HeadAblation:
-        """The task's accuracy with each head zero-ablated (`interventions.ablate_heads`)."""
-        return self.once("ablation", lambda: interventions.ablate_heads(self.model, self.inputs, self.labels))
+        """The task's accuracy with each head zero-ablated (`interventions.ablate_heads`), with the
+        intervals over the examples of the tools' default level."""
+        return self.once(
+            "ablation",
+            lambda: interventions.ablate_heads(
+                self.model, self.inputs, self.labels, level=intervals.DEFAULT_LEVEL
+            ),
+        )
 
     def measure(self, chosen: Sequence[Measure] | None = None) -> dict[str, Table]:
         """Every applicable measure (or `chosen`): {name: [layer][head]}; one that does not apply at all
@@ -174,6 +217,64 @@ def measure_heads(
     return Heads(model, inputs, labels, task).measure(chosen)
 
 
+def uniform(heads: Heads) -> Heads:
+    """The same model and examples with every attention head's queries zeroed: each score q.k is 0, so
+    each query attends uniformly to the keys its masks let it see (causal, padding). A measure of these
+    heads is its value for attention that reads nothing: its chance (`UNIFORM`)."""
+
+    def zero(q: Tensor, hook: Any) -> Tensor:
+        return torch.zeros_like(q)
+
+    return Heads(heads.model, heads.inputs, heads.labels, heads.task, hooks=[(_is_query, zero)])
+
+
+def _is_query(name: str) -> bool:
+    return name.endswith(".hook_q")
+
+
+def chance_accuracy(heads: Heads) -> float:
+    """The accuracy of a uniform guess: 1 / the model's output classes."""
+    return 1.0 / heads.model.config.output_classes
+
+
+def scales(heads: Heads, chosen: Sequence[Measure]) -> dict[str, list[list[events.Scale | None]]]:
+    """Each measure's scale and chance for each head of this model on these examples ([layer][head]
+    `events.Scale`s; None where the measure does not apply): its registered numbers, `UNIFORM` read
+    from `uniform(heads)`, functions called with `heads`."""
+    reading = uniform(heads)
+
+    def resolve(measure: Measure, value: Reference) -> Table | None:
+        if value is None:
+            return None
+        if value == UNIFORM:
+            table = measure.function(reading)
+            if table is None:
+                return None
+        elif callable(value):
+            table = value(heads)
+        else:
+            table = float(value)
+        if table is None or isinstance(table, int | float):
+            return [[table] * heads.model.config.num_heads for _ in heads.layers]
+        return table.tolist() if isinstance(table, Tensor) else table
+
+    found = {}
+    for measure in chosen:
+        size, chance = resolve(measure, measure.scale), resolve(measure, measure.chance)
+        if size is None or (chance is None and measure.chance is not None):
+            continue  # the measure does not apply here (no alignment where the task defines none)
+        chance = chance or [[None] * len(row) for row in size]
+        unit = "(uniform attention's)" if measure.scale == UNIFORM else ""
+        found[measure.name] = [
+            [
+                None if s is None else events.Scale(float(s), c, unit)
+                for s, c in zip(row, chances, strict=True)
+            ]
+            for row, chances in zip(size, chance, strict=True)
+        ]
+    return found
+
+
 def entries(table: Table, model: TokenModel) -> Iterator[tuple[str, float]]:
     """(`L0H1`, value) for every head a [layer][head] table has a value for."""
     for layer, row in zip(model.attention_layers(), table, strict=True):
@@ -183,13 +284,24 @@ def entries(table: Table, model: TokenModel) -> Iterator[tuple[str, float]]:
 
 
 # ------------------------------------------------------------------------- the measures of every model
-@register("entropy", "fall", "mean entropy of its attention rows, in nats (log T: uniform, 0: one key)")
+@register(
+    "entropy",
+    "fall",
+    "mean entropy of its attention rows, in nats (log T: uniform, 0: one key)",
+    scale=UNIFORM,
+    chance=UNIFORM,
+)
 def entropy(heads: Heads) -> Table:
     return heads.per_layer(lambda pattern, layer: explain.attention_entropy(pattern, heads.query_mask(layer)))
 
 
 @register(
-    "alignment", "rise", "attention mass where the task says the information is (1: all of it)", scale=1.0
+    "alignment",
+    "rise",
+    "attention mass where the task says the information is (1: all of it)",
+    scale=1.0,
+    chance=UNIFORM,
+    formation=True,
 )
 def alignment(heads: Heads) -> Table | None:
     expected = heads.expected
@@ -203,7 +315,14 @@ def alignment(heads: Heads) -> Table | None:
     return heads.per_layer(mass)
 
 
-@register("ablation", "fall", "the task's accuracy with the head zero-ablated", costly=True, scale=1.0)
+@register(
+    "ablation",
+    "fall",
+    "the task's accuracy with the head zero-ablated",
+    costly=True,
+    scale=1.0,
+    chance=chance_accuracy,
+)
 def ablation(heads: Heads) -> Table:
     return heads.ablation().ablated
 
@@ -216,7 +335,7 @@ def repeats(heads: Heads) -> tuple[induction.Repeats, Tensor, dict[str, Tensor]]
     def run() -> tuple[induction.Repeats, Tensor, dict[str, Tensor]]:
         device = heads.inputs[0].device
         data = induction.task_repeats(heads.task, heads.inputs[0].size(0), split="test").to(device)
-        with evaluating(heads.model), torch.no_grad():
+        with evaluating(heads.model), torch.no_grad(), heads.model.hooks(heads.hooks):
             logits, cache = heads.model.run_with_cache(
                 data.tokens, names_filter=lambda name: name.endswith("hook_pattern")
             )
@@ -238,11 +357,21 @@ def _on_repeats(heads: Heads, score: Callable[[Tensor, induction.Repeats], Tenso
     "attention from a repeated token to the token after its first occurrence",
     task=True,
     scale=1.0,
+    chance=UNIFORM,
+    formation=True,
 )
 def induction_score(heads: Heads) -> Table:
     return _on_repeats(heads, induction.induction_scores)
 
 
-@register("previous_token", "rise", "attention from each token to the one before it", task=True, scale=1.0)
+@register(
+    "previous_token",
+    "rise",
+    "attention from each token to the one before it",
+    task=True,
+    scale=1.0,
+    chance=UNIFORM,
+    formation=True,
+)
 def previous_token(heads: Heads) -> Table:
     return _on_repeats(heads, lambda pattern, data: induction.previous_token_scores(pattern))

@@ -1,11 +1,13 @@
 """The figure of `interpret analysis=dynamics`: a run's measures over its snapshots, on a log-step axis.
 
 top      the loss and the accuracy
-middle   the task's scores (induction / previous-token / in-context; or the grokking progress
+middle   the task's scores (induction / previous-token / repeat gain; or the grokking progress
          measures), the logit lens dotted
 bottom   the per-head measure of the task (each head's induction and previous-token score), or each
          head's attention entropy
-every    the events: dotted lines where the loss fell or a score changed fastest
+every    the events: dotted lines where the loss fell or a score changed fastest, half way; the spikes
+         (snapshots whose training loss spiked, left out of every timing): red crosses on the loss and a
+         red band on every panel
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ STYLES = {
     "acc": ("tab:blue", "-"),
     "induction": ("tab:green", "-"),
     "previous_token": ("tab:olive", "-"),
-    "in_context": ("tab:purple", "--"),
+    "repeat_gain": ("tab:purple", "--"),
     "train_acc": ("tab:cyan", "-"),
     "fourier_sparsity": ("tab:brown", "-"),
     "restricted_loss": ("tab:green", "--"),
@@ -58,7 +60,7 @@ def _from_zero(ax, values: list[float], top: float | None = None) -> None:
 
 def in_nats(name: str) -> bool:
     """Whether a score is a loss (or a difference of losses), drawn on the nats axis."""
-    return name.endswith("loss") or name == "in_context"
+    return name.endswith("loss") or name == "repeat_gain"
 
 
 def _log_steps(ax) -> None:
@@ -83,11 +85,12 @@ def _events(axes, result: Dynamics, label_ax) -> None:
         ]
         for group in groups.values()
     }
+    curves = set(result.curves())
     for number, (step, names) in enumerate(sorted(at.items())):
         for ax in axes:
             ax.axvline(step, color="grey", linestyle=":", linewidth=1)
-        heads = [n for n in names if n.endswith(" score")]
-        shown = [n for n in names if not n.endswith(" score")]
+        heads = [n for n in names if n not in curves]
+        shown = [n for n in names if n in curves]
         shown += [f"{len(heads)} head{'s' * (len(heads) != 1)}"] if heads else []
         label_ax.annotate(
             f"step {step}: " + ", ".join(shown),
@@ -99,6 +102,19 @@ def _events(axes, result: Dynamics, label_ax) -> None:
             fontsize=7,
             color="dimgrey",
         )
+
+
+def _spikes(axes, steps: list[int], spikes: list[int], loss_ax=None, loss: list[float] | None = None) -> None:
+    """Each spike (a snapshot left out of every timing) as a red band around its step on every panel,
+    and a red cross on the loss where given."""
+    for spike in spikes:
+        k = steps.index(spike)
+        low = steps[k - 1] if k > 0 else spike
+        high = steps[k + 1] if k + 1 < len(steps) else spike
+        for ax in axes:
+            ax.axvspan((low + spike) / 2, (spike + high) / 2, color="red", alpha=0.08, linewidth=0)
+        if loss_ax is not None and loss is not None:
+            loss_ax.plot([spike], [loss[k]], "x", color="red", markersize=8, label=None)
 
 
 def dynamics_figure(result: Dynamics, title: str) -> Figure:
@@ -160,6 +176,13 @@ def dynamics_figure(result: Dynamics, title: str) -> Figure:
     for ax in (top, middle, bottom):
         _log_steps(ax)
     _events((top, middle, bottom), result, top)
+    reference = result.scores.get("train_loss")
+    _spikes((top, middle, bottom), steps, result.spikes, top, result.loss if reference is None else None)
+    if reference is not None and nats is not None:
+        _spikes((), steps, result.spikes, nats, reference)  # the training loss that spiked
+    if result.spikes:
+        top.plot([], [], "x", color="red", label="spike (left out of timings)")
+        top.legend(loc="lower left", fontsize=7)
     return fig
 
 
@@ -213,6 +236,8 @@ def seeds_figure(seeds: Seeds, title: str) -> Figure:
         step = statistics.median(event.steps)
         for ax in (top, middle):
             ax.axvline(step, color="grey", linestyle=":", linewidth=1)
+    for run in runs:  # each run's spikes: a red cross on its loss
+        _spikes((), run.steps, run.spikes, top, run.loss)
     top.set_title(f"{title}: median and range over {len(runs)} seeds")
     middle.set_xlabel("optimisation step (log scale; 0 = the initial weights)")
     return fig

@@ -6,8 +6,12 @@ an approximate method's top units by exact patching (`verify`, evidence.py), kee
 
 over k on a log scale: the curve, its area (over log k from one unit to all), and the smallest circuit
 reaching 0.9; with `ci`, the intervals over the examples of every number and each unit's stability
-(evidence.py). With an answer key (a circuit known because the model was built by hand), also the ROC AUC
-of the method's scores against it: 1 when every true unit ranks above every other, 0.5 by chance.
+(evidence.py). Every circuit is connected: of the top-k units, the edges on no path from the inputs to
+the logits within them are pruned (`evidence.connected`), and the circuit says which. With an answer key
+(a circuit known because the model was built by hand), also the ROC AUC of the method's scores against
+it: 1 when every true unit ranks above every other, 0.5 by chance. Where the method's top units were
+checked (`verify`), the circuit its own ranking alone would have chosen is kept beside (`Circuit.alone`),
+so that methods can still be compared.
 """
 
 from __future__ import annotations
@@ -23,7 +27,14 @@ from torch import Tensor
 
 from transformer_lab.analysis.circuits import acdc, eap_ig, evidence, patching
 from transformer_lab.analysis.circuits.attribution import attribution, gradients
-from transformer_lab.analysis.circuits.evidence import FAITHFUL, Check, Disagreement, Intervals, ranking
+from transformer_lab.analysis.circuits.evidence import (
+    FAITHFUL,
+    Check,
+    Disagreement,
+    Intervals,
+    connected,
+    ranking,
+)
 from transformer_lab.analysis.circuits.graph import Graph
 from transformer_lab.analysis.circuits.methods import METHODS, require_method
 from transformer_lab.analysis.circuits.options import VERIFY, Options, Scores, require_verify
@@ -39,12 +50,18 @@ def sizes_for(units: int, points: int = 12) -> list[int]:
     return [int(k) for k in grid if 1 <= k <= units] or [units]
 
 
+def top(setup: Setup, order: Tensor, k: int) -> Tensor:
+    """The circuit of the first k units of `order`: bool [units], its dangling edges pruned
+    (`evidence.connected`)."""
+    kept = torch.zeros(setup.graph.units, dtype=torch.bool)
+    kept[order[:k]] = True
+    return connected(setup.graph, kept)
+
+
 def _kept_shares(setup: Setup, order: Tensor, sizes: Sequence[int], chunk: int | None = None) -> Tensor:
-    """Each example's share of M with the first k units of `order` kept and every other one patched,
-    for each k of `sizes`: [len(sizes), B]."""
-    mask = torch.ones(len(sizes), setup.graph.units)
-    for row, k in enumerate(sizes):
-        mask[row, order[:k]] = 0.0
+    """Each example's share of M with the circuit of the first k units of `order` kept (`top`) and every
+    other unit patched, for each k of `sizes`: [len(sizes), B]."""
+    mask = torch.stack([~top(setup, order, k) for k in sizes]).float()
     return setup.evaluate(mask, chunk=chunk, per_example=True)
 
 
@@ -55,7 +72,7 @@ def _faithfulness_of(setup: Setup, shares: Tensor) -> Tensor:
 
 
 def faithfulness(setup: Setup, scores: Tensor, sizes: Sequence[int]) -> list[float]:
-    """faithfulness(k) for each k: the top-k units kept, every other one patched."""
+    """faithfulness(k) for each k: the circuit of the top-k units (`top`) kept, every other unit patched."""
     return _faithfulness_of(setup, _kept_shares(setup, ranking(scores), sizes)).tolist()
 
 
@@ -69,9 +86,9 @@ def circuit_faithfulness(setup: Setup, kept: Sequence[int]) -> float:
 def smallest_circuit(
     setup: Setup, scores: Tensor, curve: dict[int, float], shares: dict[int, Tensor] | None = None
 ) -> int | None:
-    """The fewest top units reaching FAITHFUL, searched between the grid points of `curve` (k ->
-    faithfulness) around the first that reaches it; None if none does. `shares`: where to keep each
-    size's per-example shares of M(circuit) it evaluates (size -> [B])."""
+    """The fewest top units whose circuit (`top`) reaches FAITHFUL, searched between the grid points of
+    `curve` (k -> faithfulness) around the first that reaches it; None if none does. `shares`: where to
+    keep each size's per-example shares of M(circuit) it evaluates (size -> [B])."""
     reached = [k for k, f in sorted(curve.items()) if f >= FAITHFUL]
     if not reached:
         return None
@@ -136,7 +153,9 @@ class Circuit:
     intervals: Intervals | None = None
     defaults: tuple[str, ...] = ()
     corrupted_answers: Tensor | None = None
-    smallest: int | None = None  # the number of units in the circuit
+    smallest: int | None = None  # the number of top units the circuit was chosen from
+    pruned: list[int] = field(default_factory=list)  # of those, the dangling ones pruned
+    alone: Choice | None = None  # with verify=: what the method's own ranking would have chosen
 
     @property
     def area(self) -> float:
@@ -158,7 +177,7 @@ class Circuit:
         return self.circuit
 
     def circuit_faithfulness(self) -> float | None:
-        """The faithfulness of the circuit (a point of the curve)."""
+        """The faithfulness of the circuit (a point of the curve: the top `smallest` units, pruned)."""
         return None if self.smallest is None else self.curve[self.sizes.index(self.smallest)]
 
     def node_totals(self) -> list[tuple[int, float, float]]:
@@ -213,6 +232,7 @@ class Circuit:
                 for k, f in zip(self.sizes, self.curve, strict=True)
             ],
             "circuit": self.circuit,
+            "pruned": [g.unit_names()[u] for u in self.pruned],
             "verified": 0 if self.check is None else len(self.check.units),
             "warnings": [d.text(g.unit_names()[d.unit], self.method) for d in self.disagreements],
         }
@@ -222,12 +242,68 @@ class Circuit:
             ]
         if self.check is not None:
             out["verify_seconds"] = self.check.seconds
+        if self.alone is not None:
+            out["method_alone"] = self.alone.to_dict(g)
         if self.intervals is not None:
             out["ci"] = {"level": self.intervals.level, "resamples": self.intervals.resamples,
                          "seconds": self.intervals.seconds}  # fmt: skip
         if self.answer_key_auc is not None:
             out["answer_key_auc"] = self.answer_key_auc
         return out
+
+
+@dataclass
+class Choice:
+    """A ranking's circuits: faithfulness `curve` over the top-k `sizes`, the `smallest` k whose circuit
+    reaches FAITHFUL (None: none), that `circuit` (units, or scored nodes at node level) and the top-k
+    units `pruned` from it as dangling (`evidence.connected`); `shares`: each size's per-example shares of
+    M(circuit), for the intervals."""
+
+    sizes: list[int]
+    curve: list[float]
+    smallest: int | None
+    circuit: list[int] | None
+    pruned: list[int]
+    shares: dict[int, Tensor]
+
+    @property
+    def faithfulness(self) -> float | None:
+        return None if self.smallest is None else self.curve[self.sizes.index(self.smallest)]
+
+    def to_dict(self, g: Graph) -> dict:
+        names = g.unit_names()
+        return {
+            "faithfulness": [
+                {"size": k, "faithfulness": f} for k, f in zip(self.sizes, self.curve, strict=True)
+            ],
+            "smallest": self.smallest,
+            "circuit": self.circuit,
+            "circuit_faithfulness": self.faithfulness,
+            "pruned": [names[u] for u in self.pruned],
+        }
+
+
+def choose(setup: Setup, effects: Tensor) -> Choice:
+    """The circuits of a ranking by |effects|: the faithfulness of the top-k circuits on a log grid of k,
+    the smallest reaching FAITHFUL (`smallest_circuit`, its point added to the curve), that circuit with
+    its dangling units pruned."""
+    g = setup.graph
+    order = ranking(effects)
+    sizes = sizes_for(g.units)
+    shares = dict(zip(sizes, _kept_shares(setup, order, sizes), strict=True))
+    values = _faithfulness_of(setup, torch.stack([shares[k] for k in sizes])).tolist()
+    smallest = smallest_circuit(setup, effects, dict(zip(sizes, values, strict=True)), shares)
+    if smallest is not None and smallest not in sizes:  # the curve shows the circuit's own point too
+        at = sum(k < smallest for k in sizes)
+        sizes.insert(at, smallest)
+        values.insert(at, float(_faithfulness_of(setup, shares[smallest][None])[0]))
+    circuit, pruned = None, []
+    if smallest is not None:
+        kept = top(setup, order, smallest)
+        circuit = kept.nonzero()[:, 0].tolist()
+        pruned = sorted(set(order[:smallest].tolist()) - set(circuit))
+        circuit = circuit if g.level == "edge" else [g.scored[k] for k in circuit]
+    return Choice(sizes, values, smallest, circuit, pruned, shares)
 
 
 def run_method(setup: Setup, method: str, options: Options) -> Scores:
@@ -304,19 +380,12 @@ def discover(
     effects = found.effects
     if check is not None:
         found.disagreements = evidence.disagreements(setup, estimate, effects, check.units)
-    order = ranking(effects)
-    sizes = sizes_for(units)
-    shares = dict(zip(sizes, _kept_shares(setup, order, sizes), strict=True))
-    values = _faithfulness_of(setup, torch.stack([shares[k] for k in sizes])).tolist()
-    smallest = smallest_circuit(setup, effects, dict(zip(sizes, values, strict=True)), shares)
-    if smallest is not None and smallest not in sizes:  # the curve shows the circuit's own point too
-        at = sum(k < smallest for k in sizes)
-        sizes.insert(at, smallest)
-        values.insert(at, float(_faithfulness_of(setup, shares[smallest][None])[0]))
-    found.sizes, found.curve, found.smallest = sizes, values, smallest
-    if smallest is not None:
-        chosen = sorted(order[:smallest].tolist())
-        found.circuit = chosen if setup.graph.level == "edge" else [setup.graph.scored[k] for k in chosen]
+    chosen = choose(setup, effects)
+    found.sizes, found.curve, found.smallest = chosen.sizes, chosen.curve, chosen.smallest
+    found.circuit, found.pruned = chosen.circuit, chosen.pruned
+    shares = chosen.shares
+    if check is not None:  # what the method's own ranking alone would have chosen, beside it
+        found.alone = choose(setup, estimate)
     per_example = None if result.per_example is None else result.per_example.float().cpu()
     found.intervals = evidence.resample(setup, ci, per_example, check, shares)
     if truth is not None:

@@ -23,9 +23,15 @@ number) recomputes them all from resampled sums, with no new forward pass.
 **Stability.** In each resample the units are re-ranked by their resampled effects; the circuit's size is
 the smallest size whose resampled faithfulness reaches 0.9, among the sizes the curve and the search
 for the smallest circuit evaluated (the top-k of the full ranking: no new pass; a size between two of
-them counts as the next one); the units ranked below that size are that resample's circuit. A unit's
-stability is the share of the resamples whose circuit holds it: 1 for a unit every resample keeps, 0 for
-one none does.
+them counts as the next one); the units ranked below that size, their dangling edges pruned
+(`connected`), are that resample's circuit. A unit's stability is the share of the resamples whose
+circuit holds it: 1 for a unit every resample keeps, 0 for one none does. A circuit's member is held
+across its interval when its stability is at least the level (95%: `held`); the others of the circuit,
+and the units outside it that more than 5% of the resamples' circuits hold, are uncertain.
+
+**Connected circuits.** A circuit is the top-k units with the edges that lie on no path from the
+inputs to the logits within it pruned (`connected`): an edge into a head whose output no kept edge
+carries on changes nothing the metric sees.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import torch
 from torch import Tensor
 
 from transformer_lab.analysis import intervals
+from transformer_lab.analysis.circuits.graph import Graph
 from transformer_lab.analysis.circuits.patcher import Setup
 
 NOISE = 0.01  # share of |M(clean) - M(all patched)|: a smaller number's sign and rank are noise
@@ -56,6 +63,29 @@ def ranks(scores: Tensor) -> Tensor:
     places = torch.empty(scores.numel(), dtype=torch.long)
     places[ranking(scores)] = torch.arange(1, scores.numel() + 1)
     return places
+
+
+def connected(g: Graph, kept: Tensor) -> Tensor:
+    """The units of `kept` ([..., units] bool, any leading shape) that lie on a path from the inputs to
+    the logits within the circuit: an edge u -> d stays when u is reached from an input node (one that
+    reads nothing: the embeddings) through kept edges, and the logits are reached from d's node through
+    kept edges. The others dangle (an edge into a head no kept edge leaves, an edge out of a head no kept
+    edge enters) and are pruned. At node level, where the residual stream joins every node to every later
+    one, a circuit is connected as it is. One pass each way: edges come in forward order of the reader."""
+    if g.level != "edge":
+        return kept
+    read = {r.node for r in g.readers}
+    reached = torch.zeros(*kept.shape[:-1], len(g.nodes), dtype=torch.bool)
+    reached[..., [i for i in range(len(g.nodes)) if i not in read]] = True
+    ends = [g.readers[r].node for _, r in g.edges]
+    for e, (u, _) in enumerate(g.edges):
+        reached[..., ends[e]] |= kept[..., e] & reached[..., u]
+    alive = torch.zeros_like(reached)
+    alive[..., g.index("logits")] = True
+    for e in range(len(g.edges) - 1, -1, -1):
+        alive[..., g.edges[e][0]] |= kept[..., e] & alive[..., ends[e]]
+    sources = torch.tensor([u for u, _ in g.edges], dtype=torch.long)
+    return kept & reached[..., sources] & alive[..., torch.tensor(ends, dtype=torch.long)]
 
 
 @dataclass
@@ -182,7 +212,7 @@ def resample(
             effects[:, verified] = exact
             place = torch.argsort(torch.argsort(-effects.abs(), dim=1, stable=True), dim=1)  # 0: first
             size = torch.where(faithful >= FAITHFUL, limits, torch.inf).min(dim=1).values  # inf: none
-            held.add_((place < size[:, None]).double().sum(dim=0))
+            held.add_(connected(setup.graph, place < size[:, None]).double().sum(dim=0))
         return torch.cat(parts, dim=1)
 
     low, high = intervals.bootstrap(*_compact(columns, statistic), level)

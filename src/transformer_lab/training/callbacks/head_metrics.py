@@ -75,8 +75,7 @@ class HeadMetricsCallback(L.Callback):
         costly = [m for m in measures.applicable(task) if m.costly]
         self._log(logger, heads, costly, trainer.global_step)
         result = heads.ablation()
-        important = ", ".join(result.important()) or "none"
-        text = f"{result.table()}\nheads whose removal costs more than 0.1 of the accuracy: {important}"
+        text = "\n".join([result.table(), *result.findings()])
         logger.experiment.add_text(
             "heads/ablation", "    " + text.replace("\n", "\n    "), trainer.global_step
         )
