@@ -39,10 +39,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer_lab.errors import ConfigError
+from transformer_lab.errors import ConfigError, require
 from transformer_lab.interop import require_gpt_style, require_package
 from transformer_lab.interop.transformer_lens import positions_table
 from transformer_lab.nn import DecoderLM, ModelConfig
+from transformer_lab.nn.config import GATED
 
 SNIPPET = """\
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -55,6 +56,20 @@ print(tokenizer.decode(model.generate(ids, max_new_tokens=20, do_sample=False)[0
 def check(config: ModelConfig) -> None:
     """A one-line refusal for a model GPT-2 cannot express (the unembedding's bias: `output_bias_fold`)."""
     require_gpt_style(config, "huggingface")
+    for lacks, what in gpt2_lacks(config):
+        require(not lacks, f"to=huggingface: GPT-2 has no {what}; to=onnx exports it")
+
+
+def gpt2_lacks(config: ModelConfig) -> list[tuple[bool, str]]:
+    """(whether the model has it, what GPT-2 lacks) for each block GPT-2's architecture has no place for."""
+    return [
+        (config.positional_encoding == "rotary", "rotary positions (model.positional_encoding=rotary)"),
+        (config.norm == "rms", "RMSNorm (model.norm=rms)"),
+        (config.activation in GATED, f"gated MLP (model.activation={config.activation})"),
+        (config.kv_heads < config.num_heads, "grouped-query attention (model.num_kv_heads)"),
+        (config.parallel_residual, "parallel attention and MLP (model.parallel_residual=true)"),
+        (config.attention_window is not None, "local attention windows (model.attention_window)"),
+    ]
 
 
 def gpt2_config(config: ModelConfig) -> dict:
@@ -70,7 +85,7 @@ def gpt2_config(config: ModelConfig) -> dict:
         "resid_pdrop": 0.0,
         "embd_pdrop": 0.0,
         "attn_pdrop": 0.0,
-        "layer_norm_epsilon": 1e-5,  # nn.LayerNorm's
+        "layer_norm_epsilon": config.norm_eps,
         "scale_attn_weights": config.scale_attention,
         "tie_word_embeddings": config.tie_embeddings,
         "bos_token_id": config.bos_id,
