@@ -47,6 +47,7 @@ FIGURES = (
     "circuit_checked_over_plain_shakespeare",  # verify= and ci= of the circuit analysis
     "text_small_peak_rss_mb",
     "text_fetch_share",
+    "text_unspaced_peak_rss_mb",  # one line of letters without whitespace
     "ci_heads_ratio",
     "ci_patching_ratio",
     "ci_lens_ratio",

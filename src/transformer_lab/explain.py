@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from transformer_lab.cli import output_dir, parse_key_values, pick_device, run
 from transformer_lab.deprecated import forward
 from transformer_lab.errors import require
+from transformer_lab.files import write_figure
 
 if TYPE_CHECKING:  # torch, matplotlib and the model load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
@@ -147,7 +148,7 @@ def explain_checkpoint(args: dict[str, str]) -> None:
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, figure in figures_by_file.items():
-        figure.savefig(out_dir / f"{name}.png", dpi=100)
+        write_figure(out_dir / f"{name}.png", figure)
     print(f"input:  {' '.join(source)}")
     print(f"output: {' '.join(outputs)}")
     exclude_self = reads_source == "self"

@@ -7,7 +7,10 @@
 (`python scripts/export.py ...` in a checkout is the same.) `to=transformer_lens` and `to=huggingface` take
 pre-norm decoders (GPT-style language models) and print the Python that loads the result;
 `to=onnx` takes every model (encoder, decoder, encoder-decoder) and checks the graph with ONNX Runtime.
-A model a format cannot express is refused in one line saying why and what would work. The formats'
+A model a format cannot express is refused in one line saying why and what would work. The files are
+written into a new folder beside `out`, checked, then renamed to `out` (`files.replacing_folder`): an
+interrupted export leaves nothing a library would load, and `out` may hold only a previous export of the same
+format (anything else is refused, or replaced whole with `overwrite=true`). The formats'
 libraries are the optional `[interop]` extra (`pip install "transformer-lab[interop]"`). What each file
 holds, weight by weight: docs/interop.md and `transformer_lab.interop`. The other direction is
 `ckpt_path=hf:<folder>` in any tool (`transformer_lab.load("hf:<folder>")`).
@@ -26,11 +29,21 @@ if TYPE_CHECKING:
     from transformer_lab.checkpoint import Checkpoint
 
 FORMATS = ("transformer_lens", "huggingface", "onnx")  # interop.FORMATS, without importing torch
+WRITES = {  # the files each format writes: a folder of these alone is an earlier export, replaced whole
+    "transformer_lens": {"config.json", "model.safetensors", "vocab.json", "tokenizer.json"},
+    "huggingface": {
+        *("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"),
+        *("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"),
+    },
+    "onnx": {"model.onnx", "model.onnx.data", "vocab.json", "tokenizer.json"},
+}
 KEYS = {
     "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory, pretrained:<name> or "
     "hf:<folder>",
     "to": f"the format (required): {' | '.join(FORMATS)}",
-    "out": "the folder to write the files into (required; made if missing)",
+    "out": "the folder to write the files into (required; made if missing, or an earlier export of the same "
+    "format, replaced whole)",
+    "overwrite": "true: replace out= whole even if it holds other files (default false)",
     "prompt": "to=huggingface: the text the printed example continues (default: the start of a test example)",
 }
 
@@ -42,6 +55,10 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
     require(args["to"] in FORMATS, f"to={args['to']} is not a format; use to={' | '.join(FORMATS)}")
     require("out" in args, "missing out=...; name the folder to write into, e.g. out=exported")
     require("prompt" not in args or args["to"] == "huggingface", "prompt= is for to=huggingface")
+    require(
+        args.get("overwrite", "false") in ("true", "false"),
+        f"overwrite={args.get('overwrite')} must be true or false",
+    )
     return args
 
 
@@ -86,10 +103,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = output_dir(args["out"], "out")
     from transformer_lab.checkpoint import load
+    from transformer_lab.files import replacing_folder, require_replaceable
 
+    overwrite = args.get("overwrite") == "true"
+    require_replaceable(out, "out", WRITES[args["to"]], overwrite)  # before the model is read
     checkpoint = load(args["ckpt_path"], device="cpu")
-    for line in export(checkpoint, args["to"], out, args.get("prompt")):
-        print(line)
+    with replacing_folder(out, "out", WRITES[args["to"]], overwrite) as folder:
+        lines = export(checkpoint, args["to"], folder, args.get("prompt"))
+        written = {p.name for p in folder.iterdir()}
+        require(
+            written <= WRITES[args["to"]],
+            f"to={args['to']} wrote {', '.join(sorted(written - WRITES[args['to']]))}, which export.WRITES "
+            "does not list; report it",
+        )
+    for line in lines:
+        print(line.replace(str(folder), str(out)))  # the folder by the name it has now
 
 
 if __name__ == "__main__":

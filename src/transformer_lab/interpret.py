@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, to_number
 from transformer_lab.errors import as_config_error, require
+from transformer_lab.files import write_figure, write_text
 
 if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
@@ -136,8 +137,8 @@ def parse_heads(text: str) -> list[tuple[int, int]]:
 
 def write(out_dir: Path, name: str, numbers: dict, figure) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}.json").write_text(json.dumps(numbers, indent=1) + "\n")
-    figure.savefig(out_dir / f"{name}.png", dpi=100)
+    write_text(out_dir / f"{name}.json", json.dumps(numbers, indent=1) + "\n")
+    write_figure(out_dir / f"{name}.png", figure)
     print(f"Wrote {name}.png and {name}.json to {out_dir}")
 
 
@@ -175,7 +176,7 @@ def analyse_heads(model, inputs, labels, task, args, out_dir: Path) -> None:
     write(out_dir, "heads", numbers, figures.head_ablation(result))
     layers = [layer.label for layer in model.attention_layers()]
     title = f"Per-head measures on {inputs[0].size(0)} example(s)"
-    figures.head_measures(tables, layers, title).savefig(out_dir / "measures.png", dpi=100)
+    write_figure(out_dir / "measures.png", figures.head_measures(tables, layers, title))
     print(f"Wrote measures.png to {out_dir}")
 
 
