@@ -14,8 +14,7 @@ from tests.conftest import COMMON, compose_train_config
 from tests.test_circuits import _pairs
 from tests.text_corpus import write_corpus
 from transformer_lab.analysis import circuits, lens
-from transformer_lab.interop import families, onnx, transformer_lens
-from transformer_lab.interop.families import to_theirs
+from transformer_lab.interop import families, huggingface, onnx, transformer_lens
 from transformer_lab.nn import ModelConfig, build_model, evaluating
 from transformer_lab.train import train
 
@@ -68,18 +67,8 @@ FAMILY_MODELS = {
 
 
 def as_transformers(family, model) -> torch.nn.Module:
-    """The transformers model of the family with this model's weights (its family module's mapping)."""
-    config = dict(family.hf_config(model.config))
-    kind = config.pop("model_type")
-    config.pop("architectures")
-    hf = transformers.AutoModelForCausalLM.from_config(
-        transformers.AutoConfig.for_model(kind, **config), attn_implementation="eager"
-    )
-    state = to_theirs(model.state_dict(), family.weights(model.config))
-    missing, unexpected = hf.load_state_dict(state, strict=False)
-    tied = {"lm_head.weight"} if model.config.tie_embeddings else set()
-    assert set(missing) <= tied and not unexpected, (missing, unexpected)
-    return hf.eval()
+    """The transformers model of the family with this model's weights (what to=huggingface saves)."""
+    return huggingface.transformers_model(model.config, families.export_state(family, model))
 
 
 @pytest.fixture(scope="module")
@@ -119,6 +108,7 @@ def test_a_family_that_cannot_hold_a_model_says_what_each_lacks():
     with pytest.raises(Exception) as refused:
         families.family_for(decoder(norm="rms", positional_encoding="learned").config)
     message = str(refused.value)
+    assert message.startswith("to=huggingface: no transformers family holds this model (GPT-2 has no RMSNorm")
     assert "Llama has no learned positions" not in message and "GPT-NeoX has no learned positions" in message
     assert families.family_for(decoder(**FAMILY_MODELS["llama_gqa"][1]).config).NAME == "llama"
 
@@ -387,7 +377,8 @@ def test_transformer_lens_runs_the_blocks_it_has(family_pairs, name, tmp_path):
 def test_transformer_lens_refuses_what_its_native_model_lacks(settings, what, tmp_path):
     with pytest.raises(Exception) as refused:
         transformer_lens.export(decoder(**settings), tmp_path)
-    assert what in str(refused.value) and "to=huggingface" in str(refused.value)
+    assert f"to=transformer_lens: TransformerLens 4's native model has {what}" in str(refused.value)
+    assert "to=huggingface (then TransformerBridge.boot_transformers) or to=onnx" in str(refused.value)
     assert not (tmp_path / "model.safetensors").exists()
 
 

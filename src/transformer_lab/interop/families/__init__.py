@@ -14,6 +14,8 @@ A family module defines:
 
     NAME, TITLE, ARCHITECTURES, MODEL_TYPES    its name, what docs call it, the transformers class
                                                names and config.json model_types it reads
+    PREFIX, ALIASES, IGNORED                   the base model's prefix (a headless file lacks it), old
+                                               names of tensors, buffers of old files that are no weight
     model_config(hf, where) -> dict            config.json -> this project's ModelConfig settings:
                                                every size checked, every setting the project's blocks
                                                do not have refused by name (one line, `where` names it)
@@ -23,12 +25,14 @@ A family module defines:
 
 and registers itself with `register(module)` when imported. `weights` is read both ways: `to_ours` fills
 this project's state_dict from the family's tensors (hf:), `to_theirs` makes the family's from this
-project's (to=huggingface). A new family is one module named in `BUILT_IN`.
+project's (to=huggingface; a family may write its own `state_dict(model)` instead, as GPT-2 does to carry
+any positions' table and fold an output bias). A new family is one module named in `BUILT_IN`.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from dataclasses import dataclass
 from types import ModuleType
@@ -40,7 +44,7 @@ from transformer_lab.errors import ConfigError, require
 from transformer_lab.nn import ModelConfig
 from transformer_lab.nn.config import GATED, LIMITS
 
-BUILT_IN = ("gpt_neox", "llama", "gpt_neo")
+BUILT_IN = ("gpt2", "gpt_neox", "llama", "gpt_neo")  # the order export tries them in
 _FAMILIES: dict[str, ModuleType] = {}
 
 
@@ -80,15 +84,20 @@ def family_of(hf: dict, where: str) -> ModuleType:
     """The family of a config.json: by its `architectures` (else its `model_type`); a one-line refusal
     naming the families this opens."""
     known = families()
-    architectures = hf.get("architectures")
-    kind = hf.get("model_type")
+    kind = setting(hf, where, "model_type", str, None)
+    architectures = setting(hf, where, "architectures", list, None)
     require(
-        architectures is None
-        or (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)),
-        f"{where}: architectures={architectures!r} must be a list of class names",
+        architectures is None or all(isinstance(a, str) for a in architectures),
+        f"{where}: architectures={json.dumps(architectures)[:80]} must be a list of class names",
     )
     for family in known.values():
         if architectures and any(a in family.ARCHITECTURES for a in architectures):
+            require(
+                kind is None or kind in family.MODEL_TYPES,
+                f"{where} names the architecture {', '.join(architectures)} but model_type {kind!r} (a "
+                f"{family.TITLE} has model_type {' or '.join(family.MODEL_TYPES)}): the file contradicts "
+                "itself",
+            )
             return family
     for family in known.values():
         if not architectures and kind in family.MODEL_TYPES:
@@ -177,6 +186,13 @@ def to_theirs(state: dict[str, Tensor], mapping: list[Weight]) -> dict[str, Tens
     return out
 
 
+def export_state(family: ModuleType, model: torch.nn.Module) -> dict[str, Tensor]:
+    """The family's state_dict of a model it holds: its own `state_dict(model)`, or its mapping's."""
+    if hasattr(family, "state_dict"):
+        return family.state_dict(model)
+    return to_theirs(model.state_dict(), family.weights(model.config))
+
+
 def expected_shapes(mapping: list[Weight], shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
     """The shape each of the family's tensors must have in a file, from this project's shapes."""
     out = {}
@@ -190,18 +206,32 @@ def expected_shapes(mapping: list[Weight], shapes: dict[str, tuple[int, ...]]) -
 
 
 # ------------------------------------------------------------------------------ reading config.json
+KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
+
+
+def setting(hf: dict, where: str, key: str, kind: type, default: object) -> object:
+    """config.json's `key`, of `kind` (bool, int, float, str or list) or null, else `default` where it is
+    absent; a one-line ConfigError naming the key where its value is of another type (a list where a
+    string is expected fails later as `unhashable type`, far from the file). An int is a float too; a
+    bool is no int."""
+    value = hf.get(key, default)
+    if value is None:
+        return default
+    fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    fits = fits or (kind is float and isinstance(value, int) and not isinstance(value, bool))
+    require(fits, f"{where}: {key}={json.dumps(value)[:60]} must be {KINDS[kind]}")
+    return float(value) if kind is float else value
+
+
 def sizes(hf: dict, where: str, table: dict[str, tuple[str, bool]]) -> dict[str, int]:
     """config.json key -> (ModelConfig field, required): each a positive integer within this package's
     limits (`ModelConfig.LIMITS`), checked before anything is built."""
     out = {}
     for key, (field, required) in table.items():
-        value = hf.get(key)
+        value = setting(hf, where, key, int, None)
         if value is None and not required:
             continue
-        require(
-            isinstance(value, int) and not isinstance(value, bool) and value > 0,
-            f"{where}: {key}={value!r} must be a positive integer",
-        )
+        require(value is not None and value > 0, f"{where}: {key}={value!r} must be a positive integer")
         bound = LIMITS.get(field)
         require(
             bound is None or value <= bound,
@@ -213,29 +243,22 @@ def sizes(hf: dict, where: str, table: dict[str, tuple[str, bool]]) -> dict[str,
 
 
 def flag(hf: dict, key: str, default: bool, where: str) -> bool:
-    """A true/false setting (absent: `default`)."""
-    value = hf.get(key, default)
-    value = default if value is None else value
-    require(isinstance(value, bool), f"{where}: {key}={value!r} must be true or false")
-    return value
+    """A true/false setting (absent or null: `default`)."""
+    return setting(hf, where, key, bool, default)
 
 
 def number(hf: dict, key: str, default: float, where: str, low: float = 0.0, high: float = math.inf) -> float:
-    """A number in (low, high) (absent: `default`)."""
-    value = hf.get(key, default)
-    value = default if value is None else value
-    require(
-        isinstance(value, int | float) and not isinstance(value, bool) and low < value < high,
-        f"{where}: {key}={value!r} must be a number between {low:g} and {high:g}",
-    )
-    return float(value)
+    """A number in (low, high) (absent or null: `default`)."""
+    value = setting(hf, where, key, float, default)
+    require(low < value < high, f"{where}: {key}={value!r} must be a number between {low:g} and {high:g}")
+    return value
 
 
 def choice(hf: dict, key: str, default: str, options: dict[str, str], where: str) -> str:
     """A setting of a few names, mapped to this project's (a name it lacks refused with the ones it has)."""
-    value = hf.get(key, default)
+    value = setting(hf, where, key, str, default)
     require(
-        isinstance(value, str) and value in options,
+        value in options,
         f"{where}: {key}={value!r} is not one this project's models have; they have {', '.join(options)}",
     )
     return options[value]
@@ -264,12 +287,13 @@ def rope(hf: dict, where: str, fraction_key: str | None, default_fraction: float
             value is None or isinstance(value, dict), f"{where}: {key}={value!r} must be an object or null"
         )
     merged = {**(scaling or {}), **(parameters or {})}
-    kind = merged.get("rope_type", merged.get("type", "default"))
-    require(
-        kind in ("default", None),
-        f"{where}: rope scaling of type {kind!r}: this project's rotary positions have only the default "
-        "(unscaled) kind; it is not a model this can open",
-    )
+    for given in (scaling or {}, parameters or {}):
+        kind = given.get("rope_type", given.get("type", "default"))
+        require(
+            kind in ("default", None),
+            f"{where}: rope scaling of type {kind!r}: this project's rotary positions have only the default "
+            "(unscaled) kind; it is not a model this can open",
+        )
     theta = merged.get("rope_theta", hf.get("rope_theta", hf.get("rotary_emb_base", 10000.0)))
     theta = number({"rope_theta": theta}, "rope_theta", 10000.0, where, low=1.0)
     fraction = merged.get("partial_rotary_factor")

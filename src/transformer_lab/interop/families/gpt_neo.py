@@ -45,6 +45,7 @@ NAME = "gpt_neo"
 TITLE = "GPT-Neo"
 ARCHITECTURES = ("GPTNeoForCausalLM",)
 MODEL_TYPES = ("gpt_neo",)
+PREFIX = "transformer."  # a headless base model's file has its names without it
 ALIASES: dict[str, str] = {}
 IGNORED = (".attn.attention.bias", ".attn.attention.masked_bias")  # the causal masks older files keep
 ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}

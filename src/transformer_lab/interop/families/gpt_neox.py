@@ -48,6 +48,7 @@ NAME = "gpt_neox"
 TITLE = "GPT-NeoX"
 ARCHITECTURES = ("GPTNeoXForCausalLM",)
 MODEL_TYPES = ("gpt_neox",)
+PREFIX = "gpt_neox."  # a headless base model's file has its names without it
 ALIASES = {"embed_out.weight": "lm_head.weight"}  # Pythia's files name the output layer embed_out
 IGNORED = (".attention.bias", ".attention.masked_bias", ".attention.rotary_emb.inv_freq")  # old buffers
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu"}

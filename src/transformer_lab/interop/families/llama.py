@@ -55,6 +55,7 @@ NAME = "llama"
 TITLE = "Llama"
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
 MODEL_TYPES = ("llama", "qwen2", "mistral")
+PREFIX = "model."  # a headless base model's file has its names without it
 ALIASES: dict[str, str] = {}
 IGNORED = (".self_attn.rotary_emb.inv_freq",)  # a buffer older files hold
 ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
