@@ -224,3 +224,147 @@ def test_pythias_own_file_names_and_old_buffers_are_read(folders, tmp_path):
     ids = load(f"hf:{folder}").encode(TEXT)[None, :20]
     with torch.no_grad():
         assert torch.equal(load(f"hf:{folder}").model(ids), load(f"hf:{folders['pythia'][0]}").model(ids))
+
+
+# --------------------------------------------------------------------------------- checkpoints over training
+@pytest.fixture(scope="module")
+def series(transformers, tmp_path_factory):
+    """A folder of checkpoints over training as Pythia publishes them: step0/, step1000/, step3000/, each
+    saved with save_pretrained (here three random models of one config)."""
+    root = tmp_path_factory.mktemp("pythia-steps")
+    tokenizer = bpe()
+    for seed, step in enumerate((0, 1000, 3000)):
+        family_folder(transformers, root / f"step{step}", "pythia", tokenizer, seed=seed)
+    return root
+
+
+def test_a_folder_of_checkpoints_over_training_is_the_runs_snapshots(series, tmp_path, capsys):
+    from transformer_lab import snapshots
+
+    assert [(s.step, s.path.name) for s in snapshots.find(f"hf:{series}")] == [
+        (0, "step0"), (1000, "step1000"), (3000, "step3000")
+    ]  # fmt: skip
+    interpret = load_script("interpret")
+    interpret.main([f"ckpt_path=hf:{series}", "analysis=dynamics", "num_examples=8", f"out_dir={tmp_path}"])
+    dynamics = json.loads((tmp_path / "dynamics.json").read_text())
+    assert dynamics["steps"] == [0, 1000, 3000] and len(dynamics["loss"]) == 3
+    # each snapshot is its step's model: the loss at step 1000 is step1000's own
+    checkpoint = load(f"hf:{series}/step1000")
+    inputs, labels = checkpoint.examples(8, exact=False)
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(checkpoint.model(*inputs).flatten(0, 1), labels.flatten())
+    assert dynamics["loss"][1] == pytest.approx(float(loss), rel=1e-4)
+    capsys.readouterr()
+    interpret.main(
+        [f"ckpt_path=hf:{series}", "analysis=heads", "step=1400", "num_examples=8", f"out_dir={tmp_path}"]
+    )
+    assert "step=1400: the snapshot at step 1000 (step1000)" in capsys.readouterr().out
+    assert "holds checkpoints over training (step0 ... step3000), not one model: pick one with step=N" in (
+        refused(series, capsys)
+    )
+
+
+def test_a_series_of_two_models_or_a_single_model_is_refused(series, folders, tmp_path, capsys):
+    from transformer_lab import snapshots
+    from transformer_lab.errors import ConfigError
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for name in ("step0", "step1000"):
+        copy_folder(series / name, mixed / name)
+    copy_folder(folders["smollm"][0], mixed / "step2000")
+    interpret = load_script("interpret")
+    with pytest.raises(ConfigError, match="is a snapshot of another model than the run's last"):
+        interpret.main(
+            [f"ckpt_path=hf:{mixed}", "analysis=dynamics", "num_examples=4", f"out_dir={tmp_path}"]
+        )
+    with pytest.raises(
+        ConfigError, match="is one set of weights, with no snapshots; a folder of checkpoints"
+    ):
+        snapshots.find(f"hf:{folders['pythia'][0]}")
+
+
+# --------------------------------------------------------------------------------- trained further
+FEW_TEXT = [  # task=text on Tiny Shakespeare (shipped) with the model's tokenizer, two steps
+    "task=text", "data.block_size=32", "data.batch_size=4", "data.batches_per_epoch=2", "data.val_batches=1",
+    "trainer.max_steps=2", "callbacks.snapshots.count=0", "callbacks.text_samples.max_new_tokens=4",
+    "callbacks.progress_bar.refresh_rate=0", "trainer.accelerator=cpu",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["pythia", "smollm", "qwen2", "tinystories"])
+def test_init_from_trains_it_further_and_to_huggingface_writes_it_back(folders, name, transformers, tmp_path):
+    """train.py init_from=hf:<folder> task=text: its architecture, weights and tokenizer; two steps move the
+    weights; export to=huggingface writes the fine-tuned model as its family, which transformers opens
+    with this model's logits."""
+    from tests.conftest import compose_train_config
+    from transformer_lab.train import train
+
+    folder, reference = folders[name]
+    cfg = compose_train_config(tmp_path / "run", f"init_from=hf:{folder}", *FEW_TEXT, base=[])
+    cfg.data.cache_dir = str(tmp_path / "cache")
+    metrics = train(cfg)
+    assert metrics["global_step"] == 2
+    tuned = load(str(tmp_path / "run" / "checkpoints" / "last.ckpt"))
+    original = load(f"hf:{folder}")
+    assert tuned.config.architecture() | {"eos_id": None} == original.config.architecture() | {"eos_id": None}
+    assert torch.equal(tuned.encode(TEXT), original.encode(TEXT))  # its own tokenizer
+    ids = original.encode(TEXT)[None, :24]
+    with torch.no_grad():
+        moved = float((tuned.model(ids) - reference(ids).logits).abs().max())
+    assert moved > 1e-4  # trained: no longer the folder's model
+    load_script("export").main([f"ckpt_path={tmp_path / 'run'}", "to=huggingface", f"out={tmp_path / 'hf'}"])
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert type(again).__name__ == type(reference).__name__
+    with torch.no_grad():
+        assert float((again(ids).logits - tuned.model(ids)).abs().max()) < 1e-5
+
+
+def test_init_from_refuses_what_would_change_its_architecture(folders, tmp_path):
+    from tests.conftest import compose_train_config
+    from transformer_lab.errors import ConfigError
+    from transformer_lab.train import train
+
+    folder = folders["smollm"][0]
+    cases = [
+        (
+            ["model.num_layers=3"],
+            f"model.num_layers=3 would change the architecture of init_from=hf:{folder}",
+        ),
+        (["model.norm=layer"], "model.norm=layer would change the architecture"),
+        (["data.tokenizer=char"], "data.tokenizer=char would change the architecture"),
+    ]
+    for overrides, says in cases:
+        cfg = compose_train_config(tmp_path / "run", f"init_from=hf:{folder}", *FEW_TEXT, *overrides, base=[])
+        with pytest.raises(ConfigError, match=re_escaped(says)):
+            train(cfg)
+    cfg = compose_train_config(
+        tmp_path / "reverse", f"init_from=hf:{folder}", "task=reverse", "model=decoder"
+    )
+    with pytest.raises(
+        ConfigError, match=re_escaped("reads 300 tokens (its own tokenizer's), and this task's")
+    ):
+        train(cfg)
+    cfg = compose_train_config(tmp_path / "resumed", f"ckpt_path=hf:{folder}", *FEW_TEXT, base=[])
+    with pytest.raises(ConfigError, match=re_escaped("a model saved by transformers is none; to train it")):
+        train(cfg)
+
+
+def re_escaped(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_init_from_a_ready_made_model_or_a_run(tmp_path):
+    """init_from=pretrained:<name> and init_from=<run dir>: the first validation is that model's own."""
+    from tests.conftest import COMMON, compose_train_config
+    from transformer_lab.train import train
+
+    few = ["trainer.max_steps=1", "data.batches_per_epoch=1", "data.val_batches=2", "test=false", *COMMON]
+    same = ["task=shakespeare", "data.block_size=64", "model.lr=1e-9", "model.warmup=0", *few]
+    cfg = compose_train_config(tmp_path / "a", "init_from=pretrained:shakespeare", *same, base=[])
+    first = train(cfg)
+    assert first["val/loss"] < 2.0  # the shipped model's loss (an untrained one's is about 4.2)
+    cfg = compose_train_config(tmp_path / "b", f"init_from={tmp_path / 'a'}", *same, base=[])
+    assert train(cfg)["val/loss"] == pytest.approx(first["val/loss"], abs=1e-3)

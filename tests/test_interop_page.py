@@ -34,7 +34,7 @@ def test_every_step_of_the_page_runs_and_prints_what_it_shows(tmp_path, monkeypa
             problems += differences(expected, out.getvalue(), tolerance)
             compared += 1
     assert not problems, "\n\n".join(problems)
-    assert compared == len(shown) + 3 == 8  # the five outputs of commands and three of Python blocks
+    assert compared == len(shown) + 4 == 10  # the six outputs of commands and four of Python blocks
     assert (tmp_path / "tiny-gpt2.html").stat().st_size > 10_000
 
 

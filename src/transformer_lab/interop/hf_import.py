@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from transformer_lab import snapshots
 from transformer_lab.data.text import SHAKESPEARE_SHA256
 from transformer_lab.data.tokenizer import MAX_TOKENIZER_JSON, BPETokenizer
 from transformer_lab.errors import ConfigError, require
@@ -62,6 +63,13 @@ def read(location: str) -> dict:
     """The model of the folder `hf:<folder>` names, checked (the module docstring), as the contents of a
     checkpoint file (`transformer_lab.load` makes it a Checkpoint)."""
     folder = _folder(location)
+    series = snapshots.hf_series(location)
+    if series:
+        steps = f"step{series[0].step}" + (f" ... step{series[-1].step}" if len(series) > 1 else "")
+        raise ConfigError(
+            f"{location} holds checkpoints over training ({steps}), not one model: pick one with step=N "
+            f"(or hf:<folder>/step<N>); interpret analysis=dynamics reads them all"
+        )
     hf = read_json(folder / "config.json", location)
     where = f"{location}/config.json"
     family = families.family_of(hf, where)
