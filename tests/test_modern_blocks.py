@@ -392,3 +392,31 @@ def test_onnx_runs_the_modern_blocks(tmp_path):
     with evaluating(model), torch.no_grad():
         expected = model(tokens)
     assert float((onnx.run(tmp_path / "model.onnx", model, (tokens,)) - expected).abs().max()) < 1e-4
+
+
+def test_generation_allocates_only_the_cache_it_writes(monkeypatch):
+    """A model of a long context (Qwen2's 32,768 positions and more; rotary positions need no table of
+    them) generates with a cache of the prompt and the new tokens, not of its whole context; past a short
+    context the cache still re-encodes its last half window, as before."""
+    from transformer_lab.nn import attention
+
+    sizes = []
+    original = attention.KVCache.__init__
+
+    def spy(self, batch, heads, max_len, head_dim, like):
+        sizes.append(max_len)
+        original(self, batch, heads, max_len, head_dim, like)
+
+    monkeypatch.setattr(attention.KVCache, "__init__", spy)
+    long_context = decoder(positional_encoding="rotary", max_len=1 << 20, num_kv_heads=2)
+    prompt = torch.tensor([[5, 6, 7]])
+    out = long_context.generate(prompt, 4, temperature=0)
+    assert set(sizes) == {3 + 4} and out.shape == (1, 7)
+    assert out.tolist() == long_context.generate(prompt, 4, temperature=0, use_cache=False).tolist()
+    sizes.clear()
+    short = decoder(positional_encoding="rotary", max_len=8)
+    assert (
+        short.generate(prompt, 12, temperature=0).tolist()
+        == short.generate(prompt, 12, temperature=0, use_cache=False).tolist()
+    )
+    assert max(sizes) == 8

@@ -283,15 +283,19 @@ class TokenModel(HookedModule):
 class Cache:
     """What a stack remembers between generation steps: each block's self-attention keys and values
     (and its cross-attention's, computed once from the encoder's output); with padding, which cached
-    positions are real tokens and how many real tokens each row has read (its next position)."""
+    positions are real tokens and how many real tokens each row has read (its next position). Room for
+    `capacity` positions (default: the model's max_len; generation asks only for what it will write, so a
+    model of a long context does not allocate it all)."""
 
-    def __init__(self, stack: "TransformerStack", batch: int, memory_len: int = 0):
+    def __init__(
+        self, stack: "TransformerStack", batch: int, memory_len: int = 0, capacity: int | None = None
+    ):
         attn, like = stack.blocks[0].attn, stack.embed.weight
 
         def kv_cache(length: int) -> KVCache:
             return KVCache(batch, attn.num_kv_heads, length, attn.head_dim, like)
 
-        self.blocks = [kv_cache(stack.max_len) for _ in stack.blocks]
+        self.blocks = [kv_cache(capacity or stack.max_len) for _ in stack.blocks]
         self.memory = [kv_cache(memory_len) for _ in stack.blocks] if memory_len else None
         self.real = torch.zeros(batch, 0, dtype=torch.bool, device=like.device)
         self.count = torch.zeros(batch, dtype=torch.long, device=like.device)
@@ -597,15 +601,15 @@ class DecoderLM(TransformerStack):
         with evaluating(self, autograd="inference"):
             out = torch.empty(batch, length + max_new_tokens, dtype=tokens.dtype, device=tokens.device)
             out[:, :length] = tokens  # written in place: no copy of the whole sequence per token
-            for _ in range(max_new_tokens):
+            for written in range(max_new_tokens):
                 if pad is not None and length > block:
                     break  # padded rows cannot slide their positions: the context is full
                 if not use_cache:
                     logits = self(out[:, max(0, length - block) : length])
                 elif cache is None or cache.length == block:
-                    window = block if cache is None else max(1, block // 2)
-                    cache = Cache(self, batch)
-                    logits = self(out[:, max(0, length - window) : length], cache)
+                    window = min(length, block if cache is None else max(1, block // 2))
+                    cache = Cache(self, batch, capacity=min(block, window + max_new_tokens - written))
+                    logits = self(out[:, length - window : length], cache)
                 else:
                     logits = self(out[:, length - 1 : length], cache)
                 next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)
