@@ -42,7 +42,6 @@ from transformer_lab.data.tokenizer import MAX_TOKENIZER_JSON, BPETokenizer
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.files import reading, require_regular_file, require_small_unpacked, unpickling_refusal
 from transformer_lab.interop import families, require_package
-from transformer_lab.interop.families import KINDS, setting  # noqa: F401 (config.json's typed values)
 from transformer_lab.limits import require_memory, size_text
 from transformer_lab.nn import ModelConfig, build_model
 
