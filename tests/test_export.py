@@ -258,6 +258,7 @@ def test_an_export_never_writes_through_a_link_nor_into_another_export(tmp_path,
     assert f"out={out} holds config.json, which this did not write; choose a new or empty folder" in refused(
         capsys, *args
     )
+    assert "choose a new or empty folder, or add overwrite=true to replace" in refused(capsys, *args)
     (out / "config.json").unlink()
     (out / OTHER_FORMAT[to]).write_text("another export")
     assert f"holds {OTHER_FORMAT[to]}, which this did not write" in refused(capsys, *args)
@@ -296,3 +297,23 @@ def test_an_interrupted_export_leaves_the_earlier_one_and_nothing_a_library_woul
     assert stopped.value.code == 130 and capsys.readouterr().err == "error: stopped by Ctrl-C\n"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert {p.name for p in tmp_path.iterdir()} - {"cache"} == {"out"}  # the stale folder gone too
+
+
+@pytest.mark.parametrize("experiment", ["text_small", "shakespeare_cpu"])
+def test_every_recipe_of_the_docs_trains_a_model_that_exports(tmp_path, experiment):
+    """The docs' recipes (and the shipped models, above) make models GPT-2 can hold: no output bias that
+    cannot be folded (text_small: 1024 tokens, 128 wide, so no biases at all)."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import compose_train_config
+    from transformer_lab.training.compose import instantiate
+    from transformer_lab.training.predictor import build_predictor
+
+    cache = f"data.cache_dir={tmp_path}/cache"
+    cfg = compose_train_config(tmp_path, f"experiment={experiment}", cache, base=[])
+    model = build_predictor(OmegaConf.to_container(cfg.model), instantiate(cfg.data)).net
+    huggingface.check(model.config)
+    if model.unembed.bias is not None:
+        with torch.no_grad():
+            model.unembed.bias.normal_()  # as training leaves it: a bias GPT-2 must hold
+    assert set(huggingface.state_dict(model)) >= {"lm_head.weight", "transformer.ln_f.bias"}

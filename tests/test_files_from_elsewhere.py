@@ -264,7 +264,7 @@ def sample_refused(folder: Path, capsys) -> str:
 @pytest.mark.parametrize(
     "key, value, says",
     [
-        ("activation_function", ["gelu"], 'activation_function=["gelu"] must be a string'),
+        ("activation_function", ["gelu"], 'config.json: activation_function=["gelu"] must be a string'),
         ("n_embd", "32", 'n_embd="32" must be an integer'),
         ("n_embd", True, "n_embd=true must be an integer"),
         ("layer_norm_epsilon", "1e-5", 'layer_norm_epsilon="1e-5" must be a number'),

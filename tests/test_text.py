@@ -467,3 +467,33 @@ def test_a_piped_run_says_how_far_the_bpe_and_the_tokenizing_are(tmp_path, monke
     assert all(re.fullmatch(line, text) for text in tokenizing), tokenizing
     assert tokenizing[-1].split(" (")[1].startswith("100%")
     assert any(re.match(r"Trained the BPE of \d+ tokens in [\d.]+ s$", line) for line in lines), lines
+
+
+@pytest.mark.parametrize("to", ["onnx", "transformer_lens"])
+def test_every_export_of_a_bpe_model_carries_its_tokenizer(runs, tmp_path, monkeypatch, to, capsys):
+    """The tokenizer.json of the model's own BPE goes into every export folder (huggingface's has it as
+    transformers writes it): with it, text becomes the ids the exported model reads."""
+    pytest.importorskip("onnxruntime" if to == "onnx" else "safetensors")
+    monkeypatch.setenv("TRANSFORMER_LAB_CACHE", str(tmp_path / "cache"))
+    best = runs[0][0] / "checkpoints" / "best.ckpt"
+    load_script("export").main([f"ckpt_path={best}", f"to={to}", f"out={tmp_path / 'out'}"])
+    assert "and tokenizer.json, the model's tokenizer" in capsys.readouterr().out
+    from tokenizers import Tokenizer
+
+    exported = Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    checkpoint = transformer_lab.load(best)
+    assert exported.encode("ROMEO: But soft").ids == checkpoint.tokenizer.encode("ROMEO: But soft").tolist()
+
+
+def test_a_folder_saved_with_save_pretrained_names_its_tokenizer(runs, tmp_path, corpus):
+    """data.tokenizer=<folder>: the tokenizer.json in it (a model saved with save_pretrained)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(runs[0][0] / "tokenizer.json", folder / "tokenizer.json")
+    cache = str(tmp_path / "c")
+    task = TextDataModule(path=str(corpus), tokenizer=str(folder), block_size=8, cache_dir=cache)
+    assert task.vocab == BPETokenizer.from_file(folder / "tokenizer.json").vocab
+    (folder / "tokenizer.json").unlink()
+    assert "is a folder without a tokenizer.json; name the file, or a folder saved with save_pretrained" in (
+        _refused(tmp_path, path=str(corpus), tokenizer=str(folder))
+    )

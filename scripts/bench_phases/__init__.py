@@ -26,7 +26,8 @@ main one. A new phase is one module of this package named in `BUILT_IN`, in the 
     startup.py          a tool's start-up without training
     text.py             11: python train.py on a text corpus of 20 MB and of 400 MB
     intervals.py        12: what ci=0.95 costs the printed tables
-    families.py         13: Pythia- and SmolLM-shaped models against transformers: forward, training step,
+    defaults.py         13: a default analysis and page on a text model of 5 M parameters
+    families.py         14: Pythia- and SmolLM-shaped models against transformers: forward, training step,
                         generation; the hook points' cost
 """
 
@@ -53,6 +54,7 @@ BUILT_IN = (
     "startup",
     "text",
     "intervals",
+    "defaults",
     "families",
 )
 

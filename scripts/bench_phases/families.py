@@ -1,4 +1,4 @@
-"""Phase 13 (`families`).
+"""Phase 14 (`families`).
 
 The families people study, against `transformers` at their real sizes: a Pythia-70M-shaped model
 (GPT-NeoX: 6 layers of 512, 8 heads, rotary positions on a quarter of each head, parallel attention and

@@ -120,6 +120,14 @@ def _require_writable(folder: Path, key: str, text: str) -> None:
     )
 
 
+def starting(what: str) -> None:
+    """A tool's first line on a terminal, before PyTorch loads (seconds on a laptop): what it is about to
+    do, so the command answers at once (`Loading pretrained:shakespeare`). Not in a pipe or a log, where
+    no one waits on it and a refusal stays the one line it is."""
+    if sys.stderr.isatty():
+        print(what, file=sys.stderr, flush=True)
+
+
 def pick_device(name: str) -> torch.device:
     """`auto` (cuda, then mps, then cpu), or an explicit device that must be present. Also sets torch's
     threads for the tool (`limits.choose_threads`: the cores free now, unless OMP_NUM_THREADS says)."""

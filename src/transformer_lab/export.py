@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, run
+from transformer_lab.cli import output_dir, parse_key_values, run, starting
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.files import write_text
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -81,32 +82,41 @@ def export(checkpoint: Checkpoint, to: str, out: Path, prompt: str | None = None
 
     interop.check_format(to)
     model = checkpoint.model.cpu()
-    if to == "transformer_lens":
-        from transformer_lab.interop import transformer_lens
-
-        transformer_lens.check(model.config)
-        return transformer_lens.export(model, out)
+    tokenizer_json = (checkpoint.contents.get("task") or {}).get("tokenizer")  # a BPE's, or None
     if to == "huggingface":
         from transformer_lab.interop import huggingface
 
         huggingface.check(model.config)
-        record = checkpoint.contents.get("task") or {}
         separator = checkpoint.tokenizer.separator
         text = prompt if prompt is not None else example_prompt(checkpoint)
-        return huggingface.export(model, out, separator, text, record.get("tokenizer"))
-    from transformer_lab.interop import onnx
+        return huggingface.export(model, out, separator, text, tokenizer_json)  # its tokenizer.json inside
+    if to == "transformer_lens":
+        from transformer_lab.interop import transformer_lens
 
-    return onnx.export(model, out)
+        transformer_lens.check(model.config)
+        lines = transformer_lens.export(model, out)
+    else:
+        from transformer_lab.interop import onnx
+
+        lines = onnx.export(model, out)
+    if tokenizer_json is not None:  # text to tokens as the model's own tokenizer makes them
+        write_text(out / "tokenizer.json", tokenizer_json)
+        lines.append(
+            "and tokenizer.json, the model's tokenizer: tokenizers.Tokenizer.from_file(...).encode(text).ids"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = output_dir(args["out"], "out")
-    from transformer_lab.checkpoint import load
     from transformer_lab.files import replacing_folder, require_replaceable
 
     overwrite = args.get("overwrite") == "true"
     require_replaceable(out, "out", WRITES[args["to"]], overwrite)  # before the model is read
+    starting(f"Loading {args['ckpt_path']} to export it to {args['to']}")
+    from transformer_lab.checkpoint import load
+
     checkpoint = load(args["ckpt_path"], device="cpu")
     with replacing_folder(out, "out", WRITES[args["to"]], overwrite) as folder:
         lines = export(checkpoint, args["to"], folder, args.get("prompt"))

@@ -12,6 +12,7 @@ a symlink (never followed), a file larger than a run file can be, and YAML alias
 aliases expand to 10^9 nodes).
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -136,6 +137,8 @@ def replacing_folder(out: Path, key: str, own_files: set[str], overwrite: bool =
         pid = stale.name.removeprefix(prefix).split(".")[0]
         if stale.is_dir() and not stale.is_symlink() and pid.isdigit() and not _running(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]  # out= in folders to be made
+    out.parent.mkdir(parents=True, exist_ok=True)
     folder = out.parent / f"{prefix}{os.getpid()}.tmp"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
@@ -150,6 +153,9 @@ def replacing_folder(out: Path, key: str, own_files: set[str], overwrite: bool =
             os.rename(folder, out)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
+        for parent in made:  # the deepest first: what this made for out=, now empty
+            with contextlib.suppress(OSError):
+                parent.rmdir()
         raise
 
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, to_number
+from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, starting, to_number
 from transformer_lab.errors import as_config_error, require
 from transformer_lab.files import write_figure, write_text
 
@@ -55,12 +55,16 @@ DEFAULT_EXAMPLES = {
     "dynamics": 256,
     "circuit": 64,
 }
+PASSES = {  # forward passes per example of the analyses whose default count fits a time budget
+    "heads": lambda model: len(model.attention_layers()) * model.config.num_heads + 4,  # each head off
+    "lens": lambda model: 2,
+}
 KEYS = {
     "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
     "analysis": "heads | patching | lens | faithfulness | dynamics | circuit (required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
-    "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16, "
-    "dynamics 256)",
+    "num_examples": "how many test examples (default: heads 512 and lens 512, or as many as fit 15 s on this "
+    "machine; patching 64, faithfulness 16, dynamics 256)",
     "method": "heads: zero | mean ablation (default zero); circuit: {circuit_methods} (default eap, or "
     "eap_ig with metric=kl)",  # the registry's methods when the help is shown: keys()
     "metric": "circuit: logit_diff | logprob | kl (default: logit_diff where the task has a corruption, "
@@ -393,6 +397,14 @@ def interpret(args: dict[str, str]) -> None:
                 f"analysis={analysis} measures; use its test examples (num_examples=)",
             )
         else:
+            if analysis in PASSES and "num_examples" not in args:  # as many as fit the time budget
+                from transformer_lab.analysis.budget import examples_within
+
+                probe, _ = checkpoint.examples(min(8, count))
+                passes = PASSES[analysis](model)
+                count, line = examples_within(model, probe, passes, count, f"analysis={analysis}")
+                if line:
+                    print(line)
             inputs, labels = checkpoint.examples(count, exact="num_examples" in args)
         if analysis == "heads":
             analyse_heads(model, inputs, labels, checkpoint.task, args, out_dir)
@@ -409,7 +421,9 @@ def interpret(args: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    interpret(parse_args(argv))
+    args = parse_args(argv)
+    starting(f"Loading {args['ckpt_path']} for analysis={args['analysis']}")
+    interpret(args)
 
 
 if __name__ == "__main__":

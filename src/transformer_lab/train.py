@@ -142,6 +142,10 @@ def main() -> None:
         print(f"error: {where}{path_refused(error)}", file=sys.stderr)
         sys.exit(2)
     sys.argv = [sys.argv[0], *argv]
+    for key, what in (("hydra.run.dir=", "run"), ("hydra.sweep.dir=", "sweep")):
+        given = [a.removeprefix(key) for a in argv if a.startswith(key)]
+        if given and sys.stdout.isatty():  # a person waits: say so before Hydra, PyTorch and Lightning load
+            print(f"Starting the {what} in {given[-1]}", flush=True)
     try:
         hydra_main()
     except KeyboardInterrupt:  # before fit or test began (reading the data, say)

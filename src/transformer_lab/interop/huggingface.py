@@ -43,6 +43,12 @@ def check(config: ModelConfig) -> object:
     return families.family_for(config)
 
 
+def state_dict(net: DecoderLM) -> dict[str, torch.Tensor]:
+    """The tensors to=huggingface writes for the model, under its family's names (`families.export_state`;
+    GPT-2's with the output bias folded, or a one-line refusal where it cannot be)."""
+    return families.export_state(check(net.config), net)
+
+
 def transformers_model(config: ModelConfig, state: dict) -> torch.nn.Module:
     """The transformers model of the family that holds `config`, with the family's tensors `state`."""
     family = check(config)
@@ -87,7 +93,7 @@ def export(
     config = net.config
     family = check(config)
     transformers = require_package("transformers", "to=huggingface")
-    built = transformers_model(config, families.export_state(family, net))
+    built = transformers_model(config, state_dict(net))
     built.generation_config.pad_token_id = config.pad_id
     bars = transformers.utils.logging
     shown = bars.is_progress_bar_enabled()
