@@ -19,6 +19,7 @@ registry's order, and prints the report: the table of every figure, each phase's
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -40,11 +41,13 @@ def table(results: dict, check_targets: bool) -> str:
             if keys[0] not in results:  # its phase did not run
                 continue
             spread = results.get(f"{keys[0]}_quartiles")
-            spread = " - ".join(fmt.format(q) for q in spread) if spread else ""
+            first = re.match(r"[^{]*\{[^}]*\}", fmt).group()  # the first value's format, for its quartiles
+            spread = " - ".join(first.format(q) for q in spread) if spread else ""
             target = ""
             if check_targets and keys[0] in phase.targets:
                 op, threshold = phase.targets[keys[0]]
-                met = results[keys[0]] >= threshold if op == ">=" else results[keys[0]] < threshold
+                value = results[keys[0]]
+                met = {">=": value >= threshold, "<=": value <= threshold, "<": value < threshold}[op]
                 target = f"{op} {threshold:g}: {'met' if met else 'NOT met'}"
             lines.append(f"| {name} | {fmt.format(*(results[k] for k in keys))} | {spread} | {target} |")
     return "\n".join(lines)

@@ -44,14 +44,16 @@ def page_steps(page: Path) -> list[tuple[str, str, str | None]]:
 
 def run_training(args: list[str], tmp: Path, base: list[str] = FEW_STEPS) -> None:
     """`python train.py [-m] args` (with a few steps, unless `base` says otherwise): a sweep runs every
-    combination of its comma-separated values, job i in <sweep dir>/i; each run gets the
-    .hydra/config.yaml and overrides.yaml Hydra would write."""
+    combination of its comma-separated values (with a few steps, the first two of its seeds), job i in
+    <sweep dir>/i; each run gets the .hydra/config.yaml and overrides.yaml Hydra would write."""
     multirun = "-m" in args
     args = [a for a in args if a != "-m"]
     dirs = [a.partition("=")[2] for a in args if a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))]
     args = [a for a in args if not a.startswith("hydra.")]
     run_dir = tmp / (dirs[0] if dirs else "saved_models/run")
     choices = [[f"{a.partition('=')[0]}={v}" for v in a.partition("=")[2].split(",")] for a in args]
+    if base is FEW_STEPS:  # every seed of a sweep runs the same code: two keep its over-seeds tables
+        choices = [c[:2] if c[0].startswith("seed=") else c for c in choices]
     jobs = list(itertools.product(*choices)) if multirun else [tuple(args)]
     for job, overrides in enumerate(jobs):
         job_dir = run_dir / str(job) if multirun else run_dir

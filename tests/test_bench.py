@@ -52,6 +52,11 @@ FIGURES = (
     "ci_patching_ratio",
     "ci_lens_ratio",
     "ci_faithfulness_ratio",
+    *(
+        f"family_{name}_{what}_ratio"
+        for name in ("pythia70m", "smollm135m")
+        for what in ("forward", "train_step", "generate", "hooks")
+    ),
 )
 
 DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule
@@ -98,6 +103,11 @@ def test_quick_benchmark_produces_every_figure(tmp_path, bench):
     )
     assert "AttentionMapCallback.on_validation_epoch_end" in figures["end_to_end_callback_seconds"]
     assert "| whole run: fit tokens/s over training-step tokens/s |" in result.stdout
+    # the families against transformers compute one function (random weights through the mapping)
+    assert (
+        figures["family_pythia70m_logit_difference"] < 1e-4
+        and figures["family_smollm135m_logit_difference"] < 1e-4
+    )
 
 
 def test_the_threads_table_says_where_a_second_thread_pays(phase):

@@ -193,7 +193,8 @@ def test_the_weights_layout_names_every_tensor_once_with_its_shape_and_role(mode
 def test_a_weight_of_another_shape_or_a_norm_of_another_eps_keeps_the_precomputed_page():
     net = encoder_classifier(10)
     net.blocks[0].norm1.eps = 1e-6
-    assert "LayerNorm with eps=1e-06" in explore(net, [1, 2, 3], ablation=False).live_note
+    note = explore(net, [1, 2, 3], ablation=False).live_note
+    assert "norm blocks.0.norm1 has eps=1e-06; the page's forward pass uses 1e-05" in note
     net = encoder_classifier(10)
     net.blocks[0].mlp.fc_in.bias = torch.nn.Parameter(torch.zeros(5))
     assert layout.weight_layout(net)[1] == (
@@ -204,9 +205,10 @@ def test_a_weight_of_another_shape_or_a_norm_of_another_eps_keeps_the_precompute
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("positional_encoding", "rotary", "positional_encoding='rotary' cannot run in the page (it runs "
-         "sinusoidal, learned, none); explore with live=false for the precomputed views"),
-        ("activation", "swiglu", "activation='swiglu' cannot run in the page (it runs relu, gelu, gelu_new)"),
+        ("positional_encoding", "alibi", "positional_encoding='alibi' cannot run in the page (it runs "
+         "sinusoidal, learned, none, rotary); explore with live=false for the precomputed views"),
+        ("activation", "reglu", "activation='reglu' cannot run in the page (it runs relu, gelu, gelu_new, "
+         "swiglu, geglu)"),
         ("norm_first", "sandwich", "norm_first='sandwich' cannot run in the page (it runs false, true)"),
     ],
 )  # fmt: skip

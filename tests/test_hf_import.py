@@ -235,7 +235,11 @@ def test_absurd_sizes_are_refused_before_anything_is_read_or_allocated(gpt2, tmp
     assert "too large for this machine" in refused(folder, capsys)
     assert time.perf_counter() - started < 10
     (folder / "config.json").write_text(json.dumps(config | {"model_type": "llama"}))
-    assert "hf: opens GPT-2-family causal language models" in refused(folder, capsys)
+    assert "names the architecture GPT2LMHeadModel but model_type 'llama'" in refused(folder, capsys)
+    (folder / "config.json").write_text(json.dumps(config | {"architectures": ["BertModel"]}))
+    assert "is of a BertModel model; hf: opens causal language models of the families" in refused(
+        folder, capsys
+    )
     (folder / "config.json").write_text("[1, 2")
     assert "config.json is not valid JSON" in refused(folder, capsys)
 

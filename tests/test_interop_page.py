@@ -12,7 +12,10 @@ from tests.conftest import ROOT
 from tests.pages import differences, page_steps, run_command, shown_outputs
 
 PAGE = ROOT / "docs" / "interop.md"
-TESTS = ("test_export.py", "test_hf_import.py", "test_files_from_elsewhere.py")
+TESTS = (
+    "test_export.py", "test_hf_import.py", "test_files_from_elsewhere.py", "test_families.py",
+    "test_modern_blocks.py",
+)  # fmt: skip
 
 
 @pytest.mark.usefixtures("offline")
@@ -34,7 +37,7 @@ def test_every_step_of_the_page_runs_and_prints_what_it_shows(tmp_path, monkeypa
             problems += differences(expected, out.getvalue(), tolerance)
             compared += 1
     assert not problems, "\n\n".join(problems)
-    assert compared == len(shown) + 2 == 7  # the five outputs of commands and two of Python blocks
+    assert compared == len(shown) + 4 == 10  # the six outputs of commands and four of Python blocks
     assert (tmp_path / "tiny-gpt2.html").stat().st_size > 10_000
 
 

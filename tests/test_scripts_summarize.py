@@ -6,10 +6,12 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from tests.conftest import load_script
+from transformer_lab.cli import run
 from transformer_lab.train import CONFIG_MODULE
 
 
@@ -118,3 +120,22 @@ def test_the_phase_change_of_each_run_and_over_seeds(tmp_path, capsys):
     assert runs == {"0": "928", "1": "none", "2": "1200", "3": "990", "4": "-"}
     (over,) = table(lines, "reverse over seeds")
     assert over["runs"] == "5" and over["phase_change"] == "in 3 of 4, 990 [928..1200] (none: seed 1)"
+
+
+def test_over_seeds_with_ci_the_mean_and_its_student_t_interval(tmp_path, capsys):
+    """--ci 0.95: each setting's mean over its seeds and mean +- t sd / sqrt(n) (t of n - 1 degrees of
+    freedom, as the tables give it: 12.71, 4.303, 2.776, 2.228); a level outside (0, 1) is one line."""
+    summarize = load_script("summarize")
+    for df, t in ((1, 12.706), (2, 4.3027), (4, 2.7764), (10, 2.2281)):
+        assert summarize.t_quantile(0.975, df) == pytest.approx(t, abs=1e-3)
+    sweep = tmp_path / "sweep"
+    for seed, acc in enumerate((0.70, 0.80, 0.90)):
+        make_run(sweep / str(seed), ["model.num_heads=2", f"seed={seed}"], {"val/acc": acc})
+    summarize.main([str(sweep), "--ci", "0.95"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any("over seeds (mean [95% interval, Student's t] of runs" in line for line in lines)
+    (row,) = table(lines, "reverse over seeds")
+    assert row["val/acc"] == "0.8 [0.5516..1.048]"  # 0.8 +- 4.303 x 0.1 / sqrt(3)
+    with pytest.raises(SystemExit) as refused:
+        run(summarize.main, [str(sweep), "--ci", "95"])
+    assert refused.value.code == 2 and "--ci 95.0: give a level between 0 and 1" in capsys.readouterr().err

@@ -123,9 +123,11 @@ BAD_INPUTS = [
     (["model.betas=[0.9,1.5]"], "model.betas=[0.9, 1.5] must be two numbers in [0, 1)"),
     (["model.activation=swish"], "model.activation='swish': use relu or gelu"),
     (
-        ["model.positional_encoding=rotary"],
-        "model.positional_encoding='rotary': use sinusoidal, learned or none",
+        ["model.positional_encoding=alibi"],
+        "model.positional_encoding='alibi': use sinusoidal, learned, none or rotary",
     ),
+    (["model.num_kv_heads=3", "model.num_heads=2"], "model.num_kv_heads=3 must divide model.num_heads=2"),
+    (["model=llama_style", "model.rotary_fraction=2"], "model.rotary_fraction=2 must be in (0, 1]"),
     (["data.num_categories=1"], "data.num_categories=1 must be an integer >= 2"),
     (["callbacks.last_checkpoint.every_n_train_steps=0"], "every_n_train_steps=0 must be a positive integer"),
 ]

@@ -62,11 +62,12 @@ def load(
 ) -> Checkpoint:
     """The checkpoint at `location` (a file, a run directory or `pretrained:<name>`), checked (see the
     module docstring); `device` is where its model goes; `data_path` names the data file its task reads, if
-    it reads one (Tiny Shakespeare needs none: a copy ships in the package). `hf:<folder>`: a GPT-2 saved
-    with save_pretrained, read by the same rules (`transformer_lab.interop.hf_import`)."""
-    if isinstance(location, str) and location.startswith("hf:"):
+    it reads one (Tiny Shakespeare needs none: a copy ships in the package). `hf:<folder>`: a model
+    saved with save_pretrained, read by the same rules (`transformer_lab.interop.hf_import`)."""
+    if str(location).startswith("hf:"):  # also a snapshot of a folder of checkpoints over training
         from transformer_lab.interop import hf_import
 
+        location = str(location)
         with reading(location):
             contents = hf_import.read(location)
         return Checkpoint(contents, location, None, device, data_path)

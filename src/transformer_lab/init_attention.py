@@ -39,7 +39,7 @@ def attention_statistics(model, inputs: tuple, labels=None) -> list[dict]:
 
     from transformer_lab.nn import IGNORE_INDEX
 
-    wanted = ("attn.hook_q", "attn.hook_k", "attn.hook_pattern")
+    wanted = ("attn.hook_q", "attn.hook_k", "attn.hook_rot_q", "attn.hook_rot_k", "attn.hook_pattern")
     model.eval().zero_grad()
     logits, cache = model.run_with_cache(*inputs, names_filter=lambda name: name.endswith(wanted))
     if labels is not None:
@@ -49,17 +49,21 @@ def attention_statistics(model, inputs: tuple, labels=None) -> list[dict]:
     rows = []
     for name in [n for n in cache if n.endswith("attn.hook_pattern")]:
         layer = name.removesuffix(".hook_pattern")
-        q, k = cache[f"{layer}.hook_q"], cache[f"{layer}.hook_k"]  # [B, T, H, d_k]
+        attn = modules[layer]  # the MultiheadAttention whose hook points these are
+        rotated = f"{layer}.hook_rot_q" in cache  # rotary positions: the scores read the rotated q and k
+        q = cache[f"{layer}.hook_rot_q" if rotated else f"{layer}.hook_q"]  # [B, T, H, d_k]
+        k = cache[f"{layer}.hook_rot_k" if rotated else f"{layer}.hook_k"]  # [B, T, KV, d_k]
+        k = k.repeat_interleave(attn.group, dim=2)  # grouped-query: each query head's key head
         pattern = cache[name]  # [B, H, T_query, T_key]
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k)
         if model.config.scale_attention:
             scores = scores / math.sqrt(q.size(-1))
         visible = pattern > 0  # keys the mask lets each query see
         entropy = -(pattern * pattern.clamp_min(1e-30).log()).sum(-1)  # [B, H, T]
-        attn = modules[layer]  # the MultiheadAttention whose hook points these are
         grad, d = attn.qkv_proj.weight.grad, attn.head_dim
+        key_row = [attn.embed_dim + (h // attn.group) * d for h in range(attn.num_heads)]
         grad_qk = [
-            float(torch.cat([grad[h * d : (h + 1) * d], grad[attn.embed_dim + h * d :][:d]]).norm())
+            float(torch.cat([grad[h * d : (h + 1) * d], grad[key_row[h] :][:d]]).norm())
             if grad is not None
             else float("nan")
             for h in range(attn.num_heads)

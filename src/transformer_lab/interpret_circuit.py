@@ -149,9 +149,15 @@ def summary(result: Circuit, location: str, names: Sequence[str] | None = None) 
     nodes = {n.name: n.label for n in g.nodes}
     what = "edges" if g.level == "edge" else "nodes"
 
+    readers = {reader.name: reader for reader in g.readers}
+
     def label(name: str) -> str:  # `blocks.1.attn.head.0 -> blocks.2.attn.head.3.k` as `L1H0 -> L2H3.k`
         if " -> " in name:
             src, dst = name.split(" -> ")
+            reader = readers[dst]
+            if reader.group:  # a key-value head's input (grouped-query attention): `L2KV1.k`
+                layer = g.nodes[reader.node].label.rsplit("H", 1)[0]
+                return f"{nodes[src]} -> {layer}KV{reader.head}.{dst.rsplit('.', 1)[-1]}"
             part = dst.rsplit(".", 1)[-1] if ".head." in dst else ""
             dst = dst.removesuffix(f".{part}") if part else dst
             return f"{nodes[src]} -> {nodes[dst]}{'.' + part if part else ''}"

@@ -32,6 +32,13 @@ MEANING = {  # the module names of transformer_lab.nn, in words
 }
 
 
+SUBLAYERS = {
+    "norm1": "the self-attention sublayer",
+    "norm2": "the next sublayer",
+    "norm3": "the MLP sublayer",
+}
+
+
 def part_of(name: str) -> tuple[str, str]:
     """('encoder.blocks.0', 'attn.qkv_proj') for 'encoder.blocks.0.attn.qkv_proj.weight': where a
     parameter is (a block, a stack, or '' for the model itself) and which part of it."""
@@ -45,7 +52,21 @@ def part_of(name: str) -> tuple[str, str]:
 
 
 def meaning(model, part: str) -> str:
-    """What a part is, in words; the output network's layers by their type."""
+    """What a part is, in words (the modern blocks' by what they are: RMSNorm, grouped-query attention,
+    a gated MLP); the output network's layers by their type."""
+    config = model.config
+    if config.norm == "rms" and (part in SUBLAYERS or part.startswith("ln_final")):
+        name = "final RMSNorm" if part.startswith("ln_final") else f"RMSNorm of {SUBLAYERS[part]}"
+        return f"{name} (d: a scale, no shift)"
+    if part.endswith("qkv_proj") and config.kv_heads < config.num_heads:
+        kind = "cross-attention" if part.startswith("cross") else "self-attention"
+        return (
+            f"{kind}: W_Q for {config.num_heads} heads, W_K and W_V for {config.kv_heads} key-value heads "
+            "(d x d + 2 d x d_kv)"
+        )
+    if config.activation in ("swiglu", "geglu") and part in ("mlp.fc_gate", "mlp.fc_in", "mlp.fc_out"):
+        which = {"mlp.fc_gate": "the gate, d -> d_ff", "mlp.fc_in": "the up projection, d -> d_ff"}
+        return f"gated MLP ({config.activation}): {which.get(part, 'the down projection, d_ff -> d')}"
     if part in MEANING:
         return MEANING[part]
     if part.startswith("ln_final"):

@@ -4,6 +4,9 @@
 
     find("saved_models/induction/<run>")          every snapshot of the run, oldest first
     find("pretrained:induction_heads")            a shipped series (its files checked against their sha256)
+    find("hf:pythia-70m-steps")                   checkpoints over training of a model from elsewhere:
+                                                  <folder>/step<N>/, each saved with save_pretrained (as
+                                                  Pythia publishes revisions step0 ... step143000)
     nearest("saved_models/induction/<run>", 1000) the snapshot nearest step 1000
 
 Each file is an ordinary checkpoint (`transformer_lab.load(snapshot.path)`). Imports no torch.
@@ -21,6 +24,7 @@ from transformer_lab.errors import ConfigError, require
 
 FOLDER = Path("checkpoints") / "snapshots"
 NAME = re.compile(r"step_(\d{8})\.ckpt")
+HF_STEP = re.compile(r"step(\d{1,12})")  # <folder>/step<N>/: Pythia's revision names
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,24 @@ def folder(location: str | Path) -> Path | None:
     )
 
 
+def hf_series(location: str | Path) -> list[Snapshot]:
+    """The checkpoints over training of `hf:<folder>`: its step<N>/ folders holding a config.json, each
+    a snapshot named `hf:<folder>/step<N>` (what `transformer_lab.load` opens), oldest first; [] where the
+    folder is a model of its own or holds none."""
+    path = local(str(location).removeprefix("hf:"))
+    if not path.is_dir() or (path / "config.json").exists():
+        return []
+    found = []
+    for child in path.iterdir():
+        match = HF_STEP.fullmatch(child.name)
+        if match and child.is_dir() and (child / "config.json").is_file():
+            found.append(Snapshot(int(match.group(1)), Path(f"hf:{child}")))
+    return sorted(found, key=lambda s: s.step)
+
+
 def find(location: str | Path) -> list[Snapshot]:
-    """Every snapshot of a run directory (or of `pretrained:<name>`), oldest first; a one-line error where
-    there are none."""
+    """Every snapshot of a run directory (or of `pretrained:<name>`, or the checkpoints over training of
+    `hf:<folder>`), oldest first; a one-line error where there are none."""
     if pretrained.is_pretrained(location):
         name = str(location).removeprefix(pretrained.PREFIX)
         files = pretrained.snapshots(name)
@@ -69,12 +88,16 @@ def find(location: str | Path) -> list[Snapshot]:
             f"{location} has no snapshots (only its final weights); the ready-made models with a series "
             f"of snapshots are {', '.join('pretrained:' + n for n in with_series) or 'none'}",
         )
-    else:
+    elif str(location).startswith("hf:"):
+        series = hf_series(location)
         require(
-            not str(location).startswith("hf:"),
-            f"{location} is one set of weights, with no snapshots; pass the directory of a run trained with "
-            "the snapshots callback, or pretrained:induction_heads",
+            bool(series),
+            f"{location} is one set of weights, with no snapshots; a folder of checkpoints over training "
+            "holds step<N>/ folders (Pythia's revisions: step0, step1000, ...), each saved with "
+            "save_pretrained; or pass the directory of a run trained with the snapshots callback",
         )
+        return series
+    else:
         require(local(location).exists(), f"ckpt_path={location} does not exist")
         found = folder(location)
         require(

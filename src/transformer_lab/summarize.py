@@ -10,7 +10,10 @@ where it was not overridden), then the final val/ and test/ metrics from metrics
 of the run's phase change (`none` if it had none) and the wall time. Rows are sorted by the task's
 metric (the sweep objective: val/acc highest first, val/loss lowest first); runs without metrics.json
 (failed, or still running) come last. Runs of different tasks get one table each, titled with the task.
---csv also writes every row to a CSV file, with a `task` column.
+--csv also writes every row to a CSV file, with a `task` column. Runs that differ only by their seed are
+summed up over the seeds (mean +- sd [min..max]); with --ci 0.95, as the mean and its 95% interval over
+the seeds (Student's t: mean +- t sd / sqrt(n), n seeds), to tell a difference between settings from the
+seed's noise.
 """
 
 import argparse
@@ -213,9 +216,11 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def summarize(root: Path) -> list[tuple[str, list[dict[str, str]], list[dict[str, str]]]]:
+def summarize(
+    root: Path, ci: float | None = None
+) -> list[tuple[str, list[dict[str, str]], list[dict[str, str]]]]:
     """(title, rows) for each task found under `root`, and for each the runs that differ only by their
-    seed summed up over the seeds (`over_seeds`)."""
+    seed summed up over the seeds (`over_seeds`, with `ci` its intervals)."""
     runs = find_runs(root)
     tables = []
     for task in dict.fromkeys(r.task for r in runs):
@@ -223,16 +228,39 @@ def summarize(root: Path) -> list[tuple[str, list[dict[str, str]], list[dict[str
         differing, metrics = columns(group)
         better = "highest" if group[0].mode == "max" else "lowest"
         title = f"{task}: {len(group)} run(s) under {root}, by {group[0].metric} ({better} first)"
-        tables.append((title, rows(group, differing, metrics), over_seeds(group, differing, metrics)))
+        tables.append((title, rows(group, differing, metrics), over_seeds(group, differing, metrics, ci)))
     return tables
 
 
-def over_seeds(runs: list[Run], differing: list[str], metrics: list[str]) -> list[dict[str, str]]:
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t distribution with `df` degrees of freedom (p > 0.5): the t with
+    P(T <= t) = p, by bisection on its CDF, 1/2 + the integral of the density from 0 to t (Simpson's
+    rule; the density's normalisation from log-gamma)."""
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+
+    def cdf(t: float, steps: int = 2000) -> float:
+        h = t / steps
+        f = [math.exp(log_norm - (df + 1) / 2 * math.log1p((i * h) ** 2 / df)) for i in range(steps + 1)]
+        return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
+
+    low, high = 0.0, 1.0
+    while cdf(high) < p:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < p else (low, middle)
+    return (low + high) / 2
+
+
+def over_seeds(
+    runs: list[Run], differing: list[str], metrics: list[str], ci: float | None = None
+) -> list[dict[str, str]]:
     """Where runs differ only by their seed: one row per setting (the other differing values), with how
     many seeds finished and, per metric, the mean +- the standard deviation over them and their range
-    (min..max): how far a result moves when nothing but the seed does; and in how many seeds the run had
-    a phase change, its half-way step's median [range] over those runs alone, and the seeds of the runs
-    without one. Empty without such runs."""
+    (min..max): how far a result moves when nothing but the seed does (with `ci`, the mean and its
+    interval at that level over the seeds, Student's t); and in how many seeds the run had a phase change,
+    its half-way step's median [range] over those runs alone, and the seeds of the runs without one. Empty
+    without such runs."""
     if "seed" not in differing:
         return []
     others = [k for k in differing if k != "seed"]
@@ -251,7 +279,11 @@ def over_seeds(runs: list[Run], differing: list[str], metrics: list[str]) -> lis
                 row[metric] = "-"
                 continue
             mean, sd = statistics.mean(values), statistics.stdev(values)
-            row[metric] = f"{mean:.4g} +- {sd:.2g} [{min(values):.4g}..{max(values):.4g}]"
+            if ci is None:
+                row[metric] = f"{mean:.4g} +- {sd:.2g} [{min(values):.4g}..{max(values):.4g}]"
+            else:
+                half = t_quantile((1 + ci) / 2, len(values) - 1) * sd / math.sqrt(len(values))
+                row[metric] = f"{mean:.4g} [{mean - half:.4g}..{mean + half:.4g}]"
         said = [r for r in group if r.phase_change() != "-"]
         if said:
             steps = [r.phase_change() for r in said if r.phase_change() is not None]
@@ -278,18 +310,27 @@ def main(argv: list[str] | None = None) -> None:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", type=Path, help="a sweep directory, a run directory, or saved_models")
     parser.add_argument("--csv", type=Path, metavar="FILE", help="also write the rows to this CSV file")
+    parser.add_argument(
+        "--ci",
+        type=float,
+        metavar="LEVEL",
+        help="over seeds, the mean and its interval at this level (e.g. 0.95; Student's t) instead of "
+        "mean +- sd [min..max]",
+    )
     args = parser.parse_args(argv)
+    require(args.ci is None or 0 < args.ci < 1, f"--ci {args.ci}: give a level between 0 and 1, e.g. 0.95")
     if args.csv is not None:
         require(args.csv.parent.is_dir(), f"--csv {args.csv}: the directory {args.csv.parent} does not exist")
-    tables = summarize(args.root)
+    tables = summarize(args.root, args.ci)
     shown = []
     for title, table, seeds in tables:
         shown.append(f"{title}\n{render(table)}")
         if seeds:
             task = title.split(":")[0]
-            shown.append(
-                f"{task} over seeds (mean +- sd [min..max] of runs that differ only by seed)\n{render(seeds)}"
+            what = (
+                "mean +- sd [min..max]" if args.ci is None else f"mean [{args.ci:.0%} interval, Student's t]"
             )
+            shown.append(f"{task} over seeds ({what} of runs that differ only by seed)\n{render(seeds)}")
     print("\n\n".join(shown))
     if args.csv is not None:
         write_csv(args.csv, tables)

@@ -13,9 +13,10 @@ wrote into it. The output layer reads it through the final norm: logits = W_U LN
       logit_y = sum_c W_U[y] . (gamma * (c - mean(c)) / sigma)  +  W_U[y] . beta + b_U[y]
 
   over the components c (embeddings, each head's output z_h W_O,h, the attention output biases, each
-  MLP's output). Exact only where the stream reaches the output layer as a sum: pre-norm models
-  (`norm_first=True`) with a single Linear output layer. "Direct": what a head writes that later layers
-  transform is credited to those layers.
+  MLP's output). With RMSNorm (`model.norm=rms`) nothing is centred and sigma = sqrt(mean(x^2) + eps),
+  so the logit is sum_c W_U[y] . (gamma * c / sigma) + b_U[y]. Exact only where the stream reaches the
+  output layer as a sum: pre-norm models (`norm_first=True`) with a single Linear output layer. "Direct":
+  what a head writes that later layers transform is credited to those layers.
 
 For an encoder-decoder both read the decoder's stream.
 """
@@ -29,6 +30,7 @@ from transformer_lab.analysis import intervals
 from transformer_lab.analysis.arguments import as_inputs, as_model
 from transformer_lab.analysis.interventions import accuracy
 from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
+from transformer_lab.nn.blocks import RMSNorm
 
 
 def logit_lens(model: TokenModel, inputs: Tensor | tuple[Tensor, ...]) -> list[Tensor]:
@@ -112,12 +114,15 @@ def direct_logit_attribution(
         y = labels[labelled]  # [N]
         norm = stack.ln_final.norm
         x = cache[last][labelled].float()  # [N, D]
-        sigma = (x.var(dim=-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+        rms = isinstance(norm, RMSNorm)  # no centring: sigma = sqrt(mean(x^2) + eps)
+        spread = x.pow(2).mean(dim=-1, keepdim=True) if rms else x.var(dim=-1, unbiased=False, keepdim=True)
+        sigma = (spread + norm.eps).sqrt()
         gamma = norm.weight.float()
         readout = unembed.weight.float()[y] * gamma  # [N, D]: W_U[y] * gamma
 
         def direct(c: Tensor) -> Tensor:  # c: [..., N, D] -> mean over N of the direct effect
-            c = c - c.mean(dim=-1, keepdim=True)
+            if not rms:
+                c = c - c.mean(dim=-1, keepdim=True)
             return (c * readout).sum(dim=-1).div(sigma[:, 0]).mean(dim=-1)
 
         parts = {"embed": float(direct(cache[first][labelled].float()))}
@@ -138,7 +143,7 @@ def direct_logit_attribution(
             if mlp is not None:
                 parts[f"{in_block[0].label} MLP"] = float(direct(cache[mlp][labelled].float()))
         constant = readout.new_zeros(len(y))
-        if norm.bias is not None:
+        if getattr(norm, "bias", None) is not None:  # RMSNorm has none
             constant = constant + unembed.weight.float()[y] @ norm.bias.float()
         if unembed.bias is not None:
             constant = constant + unembed.bias.float()[y]

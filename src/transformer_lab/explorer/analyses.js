@@ -49,7 +49,7 @@
     const cleanRun = model.run(clean, { record: { patterns: [], resid: [], z: [] } });
     // the corrupted run, with every stack's residual stream and K/V kept, so a patch at (hook, p)
     // resumes from there instead of starting over
-    const caches = stacks.map((st) => new StackCache(st.blocks, model.config.max_len, model.D, st.cross));
+    const caches = stacks.map((st) => new StackCache(st.blocks, model.config.max_len, model.kvWidth, st.cross));
     const badRun = model.run(corrupted, { record: { patterns: [], resid: [] }, stackCaches: caches });
     const cleanDiff = difference(cleanRun.logits);
     const badDiff = difference(badRun.logits);

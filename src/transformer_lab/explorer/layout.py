@@ -19,12 +19,15 @@ from torch import nn
 
 from transformer_lab.errors import ConfigError
 from transformer_lab.nn import ModelConfig, TokenModel
+from transformer_lab.nn.blocks import RMSNorm
 
 # setting -> the values model.js runs (model.js: CAPABILITIES)
 CAPABILITIES: dict[str, tuple] = {
     "arch": ("encoder", "decoder", "encoder_decoder"),
-    "positional_encoding": ("sinusoidal", "learned", "none"),
-    "activation": ("relu", "gelu", "gelu_new"),
+    "positional_encoding": ("sinusoidal", "learned", "none", "rotary"),
+    "activation": ("relu", "gelu", "gelu_new", "swiglu", "geglu"),
+    "norm": ("layer", "rms"),
+    "parallel_residual": (False, True),
     "norm_first": (False, True),
     "bias": (False, True),
     "output_mlp": (False, True),
@@ -32,8 +35,20 @@ CAPABILITIES: dict[str, tuple] = {
     "scale_attention": (False, True),
     "mlp": (False, True),
 }
-# settings the page reads as sizes and token ids (any value runs), or that do nothing in eval mode
+# settings the page reads as sizes, token ids and numbers (any value runs), that the layout carries (a
+# part's biases: there or not), or that do nothing in eval mode
 SIZES = (
+    "norm_eps",
+    "rotary_fraction",
+    "rotary_base",
+    "num_kv_heads",
+    "attention_window",
+    "window_layers",
+    "qkv_bias",
+    "out_bias",
+    "mlp_bias",
+    "norm_bias",
+    "unembed_bias",
     "vocab_size",
     "vocab",
     "num_classes",
@@ -52,7 +67,7 @@ SIZES = (
 )
 # the label rules of the tasks' records the page knows (input.js: LABEL_RULES)
 LABEL_RULES = ("next", "induction", "reverse", "sort_unique")
-LAYER_NORM_EPS = 1e-5  # model.js's LN_EPS: nn.LayerNorm's default
+LAYER_NORM_EPS = 1e-5  # model.js's LN_EPS: nn.LayerNorm's default (the output MLP's; the blocks': norm_eps)
 
 
 def _shown(value: object, quoted: bool = True) -> str:
@@ -90,6 +105,11 @@ def _vector(c: ModelConfig) -> tuple[int, ...]:
     return (c.model_dim,)
 
 
+def _qkv(c: ModelConfig) -> int:
+    """The rows of W^Q, W^K, W^V stacked: H query heads and KV key and value heads of d_head each."""
+    return (c.num_heads + 2 * c.kv_heads) * c.head_dim
+
+
 # role -> (what it is, its shape from the config). ATTN stands for an attention sub-layer's module name
 # (`attn`, `cross_attn`): the role of block i's `cross_attn.qkv_proj.weight` is `cross_attn.qkv.weight`.
 ROLES: dict[str, tuple[str, Callable[[ModelConfig], tuple[int, ...]]]] = {
@@ -99,15 +119,17 @@ ROLES: dict[str, tuple[str, Callable[[ModelConfig], tuple[int, ...]]]] = {
     "final_norm.weight": ("the stack's final LayerNorm (pre-norm): gain", _vector),
     "final_norm.bias": ("the stack's final LayerNorm: bias", _vector),
     # one per block
-    "ATTN.norm.weight": ("the attention sub-layer's LayerNorm: gain", _vector),
+    "ATTN.norm.weight": ("the attention sub-layer's norm (LayerNorm or RMSNorm): gain", _vector),
     "ATTN.norm.bias": ("the attention sub-layer's LayerNorm: bias", _vector),
-    "ATTN.qkv.weight": ("W^Q, W^K, W^V stacked [q | k | v]", lambda c: (3 * c.model_dim, c.model_dim)),
-    "ATTN.qkv.bias": ("the biases of Q, K, V", lambda c: (3 * c.model_dim,)),
+    "ATTN.qkv.weight": ("W^Q, W^K, W^V stacked [q | k | v]", lambda c: (_qkv(c), c.model_dim)),
+    "ATTN.qkv.bias": ("the biases of Q, K, V", lambda c: (_qkv(c),)),
     "ATTN.out.weight": ("W^O, the heads' output projection", lambda c: (c.model_dim, c.model_dim)),
     "ATTN.out.bias": ("W^O's bias", _vector),
-    "mlp.norm.weight": ("the MLP sub-layer's LayerNorm: gain", _vector),
+    "mlp.norm.weight": ("the MLP sub-layer's norm: gain", _vector),
     "mlp.norm.bias": ("the MLP sub-layer's LayerNorm: bias", _vector),
-    "mlp.in.weight": ("W_1 [F, D]", lambda c: (c.feedforward_dim, c.model_dim)),
+    "mlp.gate.weight": ("a gated MLP's W_gate [F, D]", lambda c: (c.feedforward_dim, c.model_dim)),
+    "mlp.gate.bias": ("b_gate", lambda c: (c.feedforward_dim,)),
+    "mlp.in.weight": ("W_1 [F, D] (a gated MLP's up projection)", lambda c: (c.feedforward_dim, c.model_dim)),
     "mlp.in.bias": ("b_1", lambda c: (c.feedforward_dim,)),
     "mlp.out.weight": ("W_2 [D, F]", lambda c: (c.model_dim, c.feedforward_dim)),
     "mlp.out.bias": ("b_2", _vector),
@@ -152,6 +174,7 @@ def _roles(model: TokenModel) -> dict[str, tuple[str, int | None, int | None]]:
                     roles[f"{name}.{attn}.o_proj.{p}"] = (f"{attn}.out.{p}", s, i)
             for p in PARAMS:
                 roles[f"{name}.{block.MLP_NORM}.{p}"] = (f"mlp.norm.{p}", s, i)
+                roles[f"{name}.mlp.fc_gate.{p}"] = (f"mlp.gate.{p}", s, i)
                 roles[f"{name}.mlp.fc_in.{p}"] = (f"mlp.in.{p}", s, i)
                 roles[f"{name}.mlp.fc_out.{p}"] = (f"mlp.out.{p}", s, i)
     unembed = getattr(model, "unembed", None)
@@ -179,8 +202,8 @@ def _generic(role: str, model: TokenModel) -> str:
 
 def weight_layout(model: TokenModel) -> tuple[list[Weight], str | None]:
     """Every state_dict tensor with its role, or (what there is, why the page cannot run it): a tensor
-    the page's forward pass does not know, a shape other than the role's, or a LayerNorm whose eps is
-    not the page's."""
+    the page's forward pass does not know, a shape other than the role's, or a norm whose eps is not the
+    page's (the config's norm_eps in the blocks, LayerNorm's default in the output MLP)."""
     roles = _roles(model)
     config = model.config
     layout = []
@@ -195,9 +218,16 @@ def weight_layout(model: TokenModel) -> tuple[list[Weight], str | None]:
                 f"expects {list(expected)}"
             )
         layout.append(Weight(name, tuple(tensor.shape), role, stack, block))
-    odd = next((m for m in model.modules() if isinstance(m, nn.LayerNorm) and m.eps != LAYER_NORM_EPS), None)
-    if odd is not None:
-        return layout, f"the model has a LayerNorm with eps={odd.eps:g}; the page's forward pass uses 1e-05"
+    output = getattr(model, "unembed", None)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.LayerNorm | RMSNorm):
+            inside = isinstance(output, nn.Sequential) and name.startswith("unembed.")
+            expected = LAYER_NORM_EPS if inside else config.norm_eps
+            if module.eps != expected:
+                return layout, (
+                    f"the model's norm {name} has eps={module.eps:g}; the page's forward pass uses "
+                    f"{expected:g}"
+                )
     return layout, None
 
 

@@ -100,6 +100,10 @@ def model_spec(model: TokenModel) -> dict:
         "readsSource": model.reads_source,
         "crossAttention": model.has_cross_attention,
         "sinusoid": [float(v) for v in div_term.tolist()],
+        # rotary positions: theta_i exactly as nn.RotaryPositionalEncoding's, in float32 (null: none)
+        "rotary": [float(v) for v in model.source_stack[1].pos_embed.inv_freq.tolist()]
+        if config.positional_encoding == "rotary"
+        else None,
         "vocab": list(model.vocab),
         "layout": shipped_layout(weight_layout(model)[0]),
     }

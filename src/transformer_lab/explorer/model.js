@@ -1,6 +1,8 @@
 /* model.js: transformer-lab's models in plain JavaScript, the forward pass alone: token and positional
- * embeddings, multi-head attention with its masks, pre- and post-norm blocks (with cross-attention), the
- * MLP, the norms, the output layer, and generation with a KV cache. Float32 typed arrays; no DOM and no
+ * embeddings (or rotary positions), multi-head attention with its masks (grouped-query, local windows),
+ * pre- and post-norm and parallel blocks (with cross-attention), the MLP (plain or gated), the norms
+ * (LayerNorm or RMSNorm), the output layer, and generation with a KV cache; its building blocks (the
+ * Linear layer, the norms, rotary positions, softmax) are layers.js's. Float32 typed arrays; no DOM and no
  * dependency, so it runs in a page, in the page's Web Worker and in Node. analyses.js (ablation table,
  * patching, rollout), checks.js (the API's argument checks) and runner.js (the views' runs, the worker)
  * sit beside it, each adding its part to the one namespace `TransformerLab` (see page.py for the order).
@@ -19,13 +21,14 @@
 (function (TL) {
   "use strict";
   const FLOAT32_MIN = -3.4028234663852886e38; // torch.finfo(torch.float32).min: masked attention scores
-  const LN_EPS = 1e-5; // nn.LayerNorm's default eps (layout.LAYER_NORM_EPS)
   // The settings this forward pass implements: the mirror of explorer/layout.py's CAPABILITIES (a test
   // holds them equal; Python refuses any other value before a page is made).
   const CAPABILITIES = {
     arch: ["encoder", "decoder", "encoder_decoder"],
-    positional_encoding: ["sinusoidal", "learned", "none"],
-    activation: ["relu", "gelu", "gelu_new"],
+    positional_encoding: ["sinusoidal", "learned", "none", "rotary"],
+    activation: ["relu", "gelu", "gelu_new", "swiglu", "geglu"],
+    norm: ["layer", "rms"],
+    parallel_residual: [false, true],
     norm_first: [false, true],
     bias: [false, true],
     output_mlp: [false, true],
@@ -33,110 +36,12 @@
     scale_attention: [false, true],
     mlp: [false, true],
   };
-  const { gelu } = TL.erf; // exact GELU through a tabulated erf (erf.js)
-  const relu = (x) => (x > 0 ? x : 0);
-  // GPT-2's gelu_new, GELU's tanh approximation: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-  const geluNew = (x) => 0.5 * x * (1 + Math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-  const ACTIVATIONS = { relu, gelu, gelu_new: geluNew };
-
-  // ------------------------------------------------------------------------- the building blocks
-  /** y = x W^T + b (nn.Linear): x [T, nIn], W [nOut, nIn] starting at row `row0` of `W`, b [nOut]
-   *  (or null; its entries from row0 on). Two positions x four outputs per inner loop, so each value
-   *  loaded from x and W is used several times (about 2.5x faster in V8 than one dot product at a
-   *  time); sums in float64. */
-  function linear(x, T, nIn, W, b, nOut, row0 = 0) {
-    const y = new Float32Array(T * nOut);
-    const bias = (o) => (b ? b[row0 + o] : 0);
-    let t = 0;
-    for (; t + 1 < T; t += 2) {
-      const x0 = t * nIn;
-      const x1 = x0 + nIn;
-      const y0 = t * nOut;
-      const y1 = y0 + nOut;
-      let o = 0;
-      for (; o + 3 < nOut; o += 4) {
-        const w0 = (row0 + o) * nIn;
-        const w1 = w0 + nIn;
-        const w2 = w1 + nIn;
-        const w3 = w2 + nIn;
-        let a0 = 0, a1 = 0, a2 = 0, a3 = 0, c0 = 0, c1 = 0, c2 = 0, c3 = 0;
-        for (let i = 0; i < nIn; i++) {
-          const u = x[x0 + i];
-          const v = x[x1 + i];
-          const p = W[w0 + i];
-          const q = W[w1 + i];
-          const r = W[w2 + i];
-          const s = W[w3 + i];
-          a0 += u * p; a1 += u * q; a2 += u * r; a3 += u * s;
-          c0 += v * p; c1 += v * q; c2 += v * r; c3 += v * s;
-        }
-        y[y0 + o] = a0 + bias(o); y[y0 + o + 1] = a1 + bias(o + 1); y[y0 + o + 2] = a2 + bias(o + 2); y[y0 + o + 3] = a3 + bias(o + 3);
-        y[y1 + o] = c0 + bias(o); y[y1 + o + 1] = c1 + bias(o + 1); y[y1 + o + 2] = c2 + bias(o + 2); y[y1 + o + 3] = c3 + bias(o + 3);
-      }
-      for (; o < nOut; o++) {
-        const w = (row0 + o) * nIn;
-        let a = 0, c = 0;
-        for (let i = 0; i < nIn; i++) {
-          a += x[x0 + i] * W[w + i];
-          c += x[x1 + i] * W[w + i];
-        }
-        y[y0 + o] = a + bias(o);
-        y[y1 + o] = c + bias(o);
-      }
-    }
-    for (; t < T; t++) {
-      const x0 = t * nIn;
-      for (let o = 0; o < nOut; o++) {
-        const w = (row0 + o) * nIn;
-        let a = 0;
-        for (let i = 0; i < nIn; i++) a += x[x0 + i] * W[w + i];
-        y[t * nOut + o] = a + bias(o);
-      }
-    }
-    return y;
-  }
-
-  /** LayerNorm over the last dimension: (x - mean) / sqrt(var + eps) * w + b (biased variance). */
-  function layerNorm(x, T, D, w, b) {
-    const y = new Float32Array(T * D);
-    for (let t = 0; t < T; t++) {
-      const o = t * D;
-      let mean = 0;
-      for (let i = 0; i < D; i++) mean += x[o + i];
-      mean /= D;
-      let variance = 0;
-      for (let i = 0; i < D; i++) variance += (x[o + i] - mean) ** 2;
-      const inv = 1 / Math.sqrt(variance / D + LN_EPS);
-      for (let i = 0; i < D; i++) y[o + i] = (x[o + i] - mean) * inv * w[i] + (b ? b[i] : 0);
-    }
-    return y;
-  }
-
-  function add(a, b) {
-    const y = new Float32Array(a.length);
-    for (let i = 0; i < a.length; i++) y[i] = a[i] + b[i];
-    return y;
-  }
-
-  /** softmax over each row of scores [rows, n], in place. A row whose every key is masked (all at
-   *  float32's min, as masked_fill leaves it) becomes uniform, as torch.softmax makes it. */
-  function softmaxRows(scores, rows, n) {
-    for (let r = 0; r < rows; r++) {
-      const o = r * n;
-      let max = -Infinity;
-      for (let j = 0; j < n; j++) if (scores[o + j] > max) max = scores[o + j];
-      let sum = 0;
-      for (let j = 0; j < n; j++) {
-        const e = Math.exp(scores[o + j] - max);
-        scores[o + j] = e;
-        sum += e;
-      }
-      for (let j = 0; j < n; j++) scores[o + j] /= sum;
-    }
-  }
+  // the building blocks (layers.js); LN_EPS: nn.LayerNorm's default, the output MLP's (the blocks': norm_eps)
+  const { linear, layerNorm, rmsNorm, rotate, add, softmaxRows, ACTIVATIONS, GATES, LN_EPS } = TL.layers;
 
   // ------------------------------------------------------------------------------- the cache
-  /** One attention layer's keys and values for the positions seen so far ([capacity, D] each). */
+  /** One attention layer's keys and values for the positions seen so far ([capacity, width] each: width
+   *  = key-value heads x d_head). */
   class KV {
     constructor(capacity, D) {
       this.k = new Float32Array(capacity * D);
@@ -214,8 +119,12 @@
       this.D = c.model_dim;
       this.H = c.num_heads;
       this.dh = this.D / this.H;
+      this.KV = c.num_kv_heads || c.num_heads; // key-value heads (grouped-query attention)
+      this.kvWidth = this.KV * this.dh; // a key's (and a value's) width: what the KV cache holds per position
+      this.invFreq = spec.rotary || null; // rotary positions: theta_i in float32, as PyTorch has them
       this.classes = c.output_classes;
-      this.act = ACTIVATIONS[c.activation];
+      this.act = ACTIVATIONS[c.activation] || null;
+      this.gate = GATES[c.activation] || null;
       // every weight by its role (explorer/layout.py says which tensor is which)
       this.parts = new Map();
       const column = Object.fromEntries(spec.layout.columns.map((name, i) => [name, i]));
@@ -274,7 +183,8 @@
      *  V_h, Q = X W^Q, K = Y W^K, V = Y W^V (Y = X, or the encoder's output for cross-attention).
      *  Returns the output [T, D]; records the pattern and z. */
     attention(x, T, where, layer, ctx) {
-      const { D, H, dh } = this;
+      const { D, H, dh, KV, kvWidth } = this;
+      const group = H / KV; // query heads per key-value head: head h reads key-value head floor(h / group)
       const [stack, block, module] = where; // the weights: `${module}.qkv.weight` of that block, ...
       const W = this.need(stack, block, `${module}.qkv.weight`);
       const b = this.part(stack, block, `${module}.qkv.bias`);
@@ -284,14 +194,19 @@
       const cache = ctx.kv; // KV of this layer (self-attention) or null
       const offset = ctx.offset;
       if (!ctx.cross) {
-        const qkv = linear(x, T, D, W, b, 3 * D); // [T, 3D] laid out [q | k | v]
+        const width = D + 2 * kvWidth;
+        const qkv = linear(x, T, D, W, b, width); // [T, D + 2 KV dh] laid out [q | k | v]
         q = new Float32Array(T * D);
-        const k = new Float32Array(T * D);
-        const v = new Float32Array(T * D);
+        const k = new Float32Array(T * kvWidth);
+        const v = new Float32Array(T * kvWidth);
         for (let t = 0; t < T; t++) {
-          q.set(qkv.subarray(t * 3 * D, t * 3 * D + D), t * D);
-          k.set(qkv.subarray(t * 3 * D + D, t * 3 * D + 2 * D), t * D);
-          v.set(qkv.subarray(t * 3 * D + 2 * D, t * 3 * D + 3 * D), t * D);
+          q.set(qkv.subarray(t * width, t * width + D), t * D);
+          k.set(qkv.subarray(t * width + D, t * width + D + kvWidth), t * kvWidth);
+          v.set(qkv.subarray(t * width + D + kvWidth, (t + 1) * width), t * kvWidth);
+        }
+        if (this.invFreq) {
+          rotate(q, T, H, dh, ctx.positions, this.invFreq);
+          rotate(k, T, KV, dh, ctx.positions, this.invFreq);
         }
         if (cache) {
           cache.append(k, v, T);
@@ -309,8 +224,8 @@
         let kv = ctx.memoryKV;
         if (!kv) {
           const M = ctx.memory;
-          const k = linear(M.x, M.T, D, W, b, D, D); // rows D..2D-1: W^K
-          const v = linear(M.x, M.T, D, W, b, D, 2 * D); // rows 2D..3D-1: W^V
+          const k = linear(M.x, M.T, D, W, b, kvWidth, D); // the next KV dh rows: W^K
+          const v = linear(M.x, M.T, D, W, b, kvWidth, D + kvWidth); // then W^V
           kv = { k, v, T: M.T };
           if (ctx.storeMemoryKV) ctx.storeMemoryKV(kv);
         }
@@ -322,17 +237,21 @@
       const scale = this.config.scale_attention ? Math.sqrt(dh) : 1;
       const pattern = new Float32Array(H * T * Tk);
       const z = new Float32Array(T * D);
+      const window = ctx.cross ? null : ctx.window; // local attention: keys fewer than `window` away
       for (let h = 0; h < H; h++) {
         const hd = h * dh;
+        const kd = Math.floor(h / group) * dh; // this head's key-value head
         const scores = pattern.subarray(h * T * Tk, (h + 1) * T * Tk);
         for (let i = 0; i < T; i++) {
           const qo = i * D + hd;
           // a causal query at absolute position offset + i sees keys 0 .. offset + i
           const lastKey = ctx.causal ? offset + i : Tk - 1;
+          const firstKey = window === null ? 0 : offset + i - window + 1;
+          const farthest = window === null ? lastKey : Math.min(lastKey, offset + i + window - 1);
           for (let j = 0; j < Tk; j++) {
             let s = FLOAT32_MIN;
-            if (j <= lastKey && (!keyVisible || keyVisible[j])) {
-              const ko = j * D + hd;
+            if (j >= firstKey && j <= farthest && (!keyVisible || keyVisible[j])) {
+              const ko = j * kvWidth + kd;
               s = 0;
               for (let d = 0; d < dh; d++) s += q[qo + d] * keys[ko + d];
               s /= scale;
@@ -347,7 +266,7 @@
           for (let j = 0; j < Tk; j++) {
             const a = scores[i * Tk + j];
             if (a === 0) continue;
-            const vo = j * D + hd;
+            const vo = j * kvWidth + kd;
             for (let d = 0; d < dh; d++) z[zo + d] += a * values[vo + d];
           }
         }
@@ -402,25 +321,44 @@
       const { D } = this;
       const F = this.config.feedforward_dim;
       const hidden = linear(x, T, D, this.need(s, i, "mlp.in.weight"), this.part(s, i, "mlp.in.bias"), F);
-      const act = this.act;
-      for (let k = 0; k < hidden.length; k++) hidden[k] = act(hidden[k]);
+      if (this.gate) {
+        // a gated MLP: W_down (act(W_gate x) * W_up x); `mlp.in` is the up projection
+        const gate = linear(x, T, D, this.need(s, i, "mlp.gate.weight"), this.part(s, i, "mlp.gate.bias"), F);
+        const act = this.gate;
+        for (let k = 0; k < hidden.length; k++) hidden[k] = Math.fround(act(gate[k])) * hidden[k];
+      } else {
+        const act = this.act;
+        for (let k = 0; k < hidden.length; k++) hidden[k] = act(hidden[k]);
+      }
       return linear(hidden, T, F, this.need(s, i, "mlp.out.weight"), this.part(s, i, "mlp.out.bias"), D);
     }
 
-    /** LayerNorm with the weights of `role` ("attn.norm", "final_norm", ...): role.weight, role.bias. */
+    /** The norm with the weights of `role` ("attn.norm", "final_norm", ...): LayerNorm (role.weight,
+     *  role.bias) or RMSNorm (role.weight), with the model's norm_eps. */
     norm(x, T, s, i, role) {
-      return layerNorm(x, T, this.D, this.need(s, i, `${role}.weight`), this.part(s, i, `${role}.bias`));
+      const c = this.config;
+      const eps = c.norm_eps ?? LN_EPS;
+      if (c.norm === "rms") return rmsNorm(x, T, this.D, this.need(s, i, `${role}.weight`), eps);
+      return layerNorm(x, T, this.D, this.need(s, i, `${role}.weight`), this.part(s, i, `${role}.bias`), eps);
     }
 
-    /** One block. Post-norm: x = LN(x + Attn(x)) ... ; pre-norm: x = x + Attn(LN(x)) ...; a decoder
-     *  block has cross-attention between self-attention and the MLP; `mlp=false` blocks have no MLP.
+    /** Whether block i's self-attention has a local window: its size, or null. */
+    windowOf(i) {
+      const c = this.config;
+      if (c.attention_window === null || c.attention_window === undefined) return null;
+      return !c.window_layers || c.window_layers.includes(i) ? c.attention_window : null;
+    }
+
+    /** One block. Post-norm: x = LN(x + Attn(x)) ... ; pre-norm: x = x + Attn(LN(x)) ...; parallel:
+     *  x + Attn(LN1(x)) + MLP(LN2(x)); a decoder block has cross-attention between self-attention and
+     *  the MLP; `mlp=false` blocks have no MLP.
      *  Each sub-layer's LayerNorm is the one the layout names for it (`attn.norm`, `mlp.norm`, ...). */
     block(x, T, s, i, ctx) {
       const stack = this.spec.stacks[s];
       const preNorm = this.config.norm_first;
       const hasMlp = this.part(s, i, "mlp.in.weight") !== null;
       const selfLayer = this.layerIndex[`${s}.${i}.attn`];
-      const selfCtx = { ...ctx, cross: false, kv: ctx.cache ? ctx.cache.blocks[i] : null };
+      const selfCtx = { ...ctx, cross: false, kv: ctx.cache ? ctx.cache.blocks[i] : null, window: this.windowOf(i) };
       const sub = [];
       sub.push(["attn", (y) => this.attention(y, T, [s, i, "attn"], selfLayer, selfCtx)]);
       if (stack.cross) {
@@ -436,6 +374,15 @@
         sub.push(["cross_attn", (y) => this.attention(y, T, [s, i, "cross_attn"], crossLayer, crossCtx)]);
       }
       if (hasMlp) sub.push(["mlp", (y) => this.mlp(y, T, s, i)]);
+      if (this.config.parallel_residual) {
+        // GPT-NeoX: x + (Attn(LN1(x)) + MLP(LN2(x))), both sub-layers reading the block's input
+        let sum = null;
+        for (const [name, f] of sub) {
+          const out = f(this.norm(x, T, s, i, `${name}.norm`));
+          sum = sum === null ? out : add(sum, out);
+        }
+        return add(x, sum);
+      }
       for (const [name, f] of sub) {
         const role = `${name}.norm`;
         x = preNorm ? add(x, f(this.norm(x, T, s, i, role))) : this.norm(add(x, f(x)), T, s, i, role);
@@ -479,6 +426,7 @@
       const ctx = {
         causal: stack.causal,
         offset,
+        positions, // each query's position (rotary positions rotate by it)
         keyReal,
         memory: opts.memory || null,
         cache,
@@ -522,7 +470,7 @@
       if (this.part(null, null, "unembed.hidden.weight")) {
         h = linear(x, T, D, this.need(null, null, "unembed.hidden.weight"), this.part(null, null, "unembed.hidden.bias"), D);
         h = layerNorm(h, T, D, this.need(null, null, "unembed.norm.weight"), this.part(null, null, "unembed.norm.bias"));
-        for (let i = 0; i < h.length; i++) h[i] = relu(h[i]);
+        for (let i = 0; i < h.length; i++) h[i] = ACTIVATIONS.relu(h[i]);
       }
       return linear(h, T, D, this.need(null, null, "unembed.weight"), this.part(null, null, "unembed.bias"), this.classes);
     }
@@ -608,7 +556,7 @@
           logits = run(out.slice(Math.max(0, length - block), length));
         } else if (cache === null || cache.length === block) {
           const window = cache === null ? block : Math.max(1, Math.floor(block / 2));
-          cache = new StackCache(this.spec.stacks[0].blocks, block, this.D, false);
+          cache = new StackCache(this.spec.stacks[0].blocks, block, this.kvWidth, false);
           logits = run(out.slice(Math.max(0, length - window), length));
         } else {
           logits = run(out.slice(length - 1, length));
@@ -630,7 +578,7 @@
       const ablate = toAblationMap(opts.ablate, this.numLayers, this.H);
       const encoded = this.runStack(0, source, { ablate, method: opts.ablation });
       const memory = this.memoryOf(encoded, source);
-      const cache = new StackCache(this.spec.stacks[1].blocks, c.max_len, this.D, true);
+      const cache = new StackCache(this.spec.stacks[1].blocks, c.max_len, this.kvWidth, true);
       const tokens = [c.bos_id];
       for (let n = 0; n < steps; n++) {
         const x = this.runStack(1, [tokens[tokens.length - 1]], { cache, memory, ablate, method: opts.ablation });
@@ -753,6 +701,7 @@
     StackCache,
     linear,
     layerNorm,
+    rmsNorm,
     argmax,
     logSoftmax,
     sampleNext,

@@ -22,7 +22,16 @@ MARKER = re.compile(r"<!--explorer:(title|css|model|js|data)-->")
 # `TransformerLab` and may use what the files before it define (see state.js). MODEL_SCRIPTS are the
 # model (no DOM): the page's `<script id="model-js">`, whose text is also the source of the Web Worker
 # that runs large models; PAGE_SCRIPTS are the page: its state, views, input box, fragment and API.
-MODEL_SCRIPTS = ["erf.js", "weights.js", "model.js", "analyses.js", "checks.js", "tokenizer.js", "runner.js"]
+MODEL_SCRIPTS = [
+    "erf.js",
+    "layers.js",
+    "weights.js",
+    "model.js",
+    "analyses.js",
+    "checks.js",
+    "tokenizer.js",
+    "runner.js",
+]
 PAGE_SCRIPTS = [
     "state.js",
     "util.js",

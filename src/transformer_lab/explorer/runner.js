@@ -38,7 +38,7 @@
       if (last) while (p < last.tokens.length && p < T && last.tokens[p] === tokens[p]) p++;
       if (p === T && T > 0) p = T - 1; // the last position is re-read (cheap), so that a run always runs
       this.last = null; // until this run succeeds
-      const cache = p > 0 ? last.cache : new StackCache(stacks[0].blocks, m.config.max_len, m.D, false);
+      const cache = p > 0 ? last.cache : new StackCache(stacks[0].blocks, m.config.max_len, m.kvWidth, false);
       cache.truncate(p);
       const record = { patterns: [] };
       const x = m.runStack(0, tokens.slice(p), { cache, ablate: toAblationMap(opts.ablate, m.numLayers, m.H), method: opts.ablation, record });

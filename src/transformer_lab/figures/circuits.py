@@ -59,7 +59,7 @@ def circuit_graph(circuit: Circuit, title: str) -> Figure:
         for e in [*faint, *sorted(drawn)]:
             u, r = g.edges[e]
             reader = g.readers[r]
-            part = reader.name.rsplit(".", 1)[-1] if ".head." in reader.name else ""
+            part = reader.name.rsplit(".", 1)[-1] if reader.head is not None else ""
             (x0, y0), (x1, y1) = where[u], where[reader.node]
             offset = {"q": -0.06, "k": 0.0, "v": 0.06}.get(part, 0.0) / columns
             graph_ax.plot(

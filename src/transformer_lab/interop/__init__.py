@@ -8,6 +8,8 @@ One module per direction and format (docs/interop.md):
     huggingface.py        to=huggingface: a GPT-2 folder (GPT2LMHeadModel + a tokenizer) for `transformers`
     onnx.py               to=onnx: any of the three models as an ONNX graph (dynamic batch and sequence)
     hf_import.py          hf:<folder>: a saved GPT-2 (config.json, safetensors, tokenizer) as a DecoderLM
+    families/             the transformers families, one module each (GPT-NeoX, Llama, GPT-Neo): their
+                          config and weights, both ways
 
 The libraries are optional (`pip install "transformer-lab[interop]"`): each is imported when a format
 needs it, and a missing one is a one-line ConfigError naming the install command (`require_package`).

@@ -1,37 +1,29 @@
-"""`transformer_lab.load("hf:<folder>")`: a GPT-2 saved with `save_pretrained` as this project's DecoderLM.
+"""`transformer_lab.load("hf:<folder>")`: a causal language model saved with `save_pretrained` (GPT-2,
+Pythia, Llama, Qwen2, Mistral, GPT-Neo) as this project's DecoderLM.
 
-    ckpt = transformer_lab.load("hf:gpt2-folder")          # ckpt_path=hf:gpt2-folder in every tool
+    ckpt = transformer_lab.load("hf:pythia-folder")        # ckpt_path=hf:pythia-folder in every tool
     ckpt.model                                             # a DecoderLM with every hook point
 
 The folder is read as a file from someone else, by the rules of `transformer_lab.checkpoint`, without
 `transformers` and without the network (`from_pretrained` is never called):
-* config.json: a regular file of at most `MAX_JSON`, read as JSON; a GPT-2 (`model_type` gpt2, a
-  GPT2LMHeadModel); every size a positive integer within this package's limits (`ModelConfig.LIMITS`),
-  checked before anything is allocated; settings GPT-2 has and this project's decoder does not
-  (`scale_attn_by_inverse_layer_idx`, another LayerNorm epsilon, cross-attention) refused by name.
+* config.json: a regular file of at most `MAX_JSON`, read as JSON; its family found by its
+  `architectures` (or `model_type`) in the registry of `interop.families`, which maps it onto this
+  project's ModelConfig: every value's type checked, every size a positive integer within this package's
+  limits (`ModelConfig.LIMITS`), checked before anything is allocated; every setting a family has and
+  this project's blocks do not (rope scaling, mixtures of experts, GPT-2's scale_attn_by_inverse_layer_idx,
+  ...) refused by name.
 * the weights: model.safetensors (or the shards of model.safetensors.index.json, files of the folder
-  itself): each header read and checked (its names, dtypes and shapes against the config's model, built
-  on the meta device) before a tensor is read, then the tensors read with `safetensors` (no code runs);
-  without safetensors, pytorch_model.bin read with `torch.load(weights_only=True)` after the checks
-  `checkpoint.read` makes of a zip archive (a pickle that names code is refused, never run). The memory
-  the model needs is compared with what the machine has free first.
+  itself): each header read and checked (its names, dtypes and shapes against the family's tensors of
+  the config's model, built on the meta device) before a tensor is read, then the tensors read with
+  `safetensors` (no code runs); without safetensors, pytorch_model.bin read with
+  `torch.load(weights_only=True)` after the checks `checkpoint.read` makes of a zip archive (a pickle
+  that names code is refused, never run). The memory the model needs is compared with what the machine
+  has free first. The family's mapping (`families.to_ours`) places each tensor in this project's.
 * the tokenizer: tokenizer.json, or GPT-2's vocab.json and merges.txt (made into the same byte-level
   BPE), each at most `MAX_TOKENIZER`, one token per embedding: it goes into the record of the task, the
   text task (`data.text.TextDataModule`, as a model trained with task=text holds its BPE), so every tool
   encodes and decodes text with it (`Checkpoint.tokenizer`), and the examples are windows of Tiny
   Shakespeare tokenized with it (or of the text `data_path=` names).
-
-GPT-2 -> DecoderLM (the inverse of `interop.huggingface`; GPT-2's Conv1D stores [in, out], transposed):
-
-    config: n_embd -> model_dim, n_head -> num_heads, n_layer -> num_layers, n_positions -> max_len,
-            vocab_size, n_inner -> dim_feedforward (None: 4 n_embd), activation_function -> activation
-            (gelu_new, gelu_pytorch_tanh: gelu_new; gelu; relu), scale_attn_weights -> scale_attention,
-            tie_word_embeddings -> tie_embeddings; pre-norm, learned positions, biases, one Linear out
-    transformer.wte -> embed;  transformer.wpe -> pos_embed.embedding;  transformer.ln_f -> ln_final.norm
-    transformer.h.i.ln_1, ln_2 -> blocks.i.norm1, norm2
-    transformer.h.i.attn.c_attn [D, 3D] -> blocks.i.attn.qkv_proj (weight^T: the same [q | k | v] layout)
-    transformer.h.i.attn.c_proj -> attn.o_proj;  mlp.c_fc -> mlp.fc_in;  mlp.c_proj -> mlp.fc_out (^T)
-    lm_head.weight -> unembed.weight (tied: wte's); unembed.bias = 0 (GPT-2's output layer has none)
 """
 
 from __future__ import annotations
@@ -44,14 +36,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from transformer_lab import snapshots
 from transformer_lab.data.text import SHAKESPEARE_SHA256
 from transformer_lab.data.tokenizer import MAX_TOKENIZER_JSON, BPETokenizer
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.files import reading, require_regular_file, require_small_unpacked, unpickling_refusal
-from transformer_lab.interop import require_package
+from transformer_lab.interop import families, require_package
 from transformer_lab.limits import require_memory, size_text
 from transformer_lab.nn import ModelConfig, build_model
-from transformer_lab.nn.config import LIMITS
 
 PREFIX = "hf:"
 MAX_JSON = 16 * 2**20  # a config.json or an index is kilobytes
@@ -64,23 +56,23 @@ DTYPE_BYTES = {  # every dtype of the safetensors format, by its size in bytes
     **{"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1},
     **{"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1},
 }
-ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
-BUFFERS = (".attn.bias", ".attn.masked_bias")  # GPT-2's causal-mask buffers, in files of older versions
-SIZES = {  # config.json key -> (ModelConfig field, required)
-    "n_embd": ("model_dim", True),
-    "n_head": ("num_heads", True),
-    "n_layer": ("num_layers", True),
-    "n_positions": ("max_len", True),
-    "vocab_size": ("vocab_size", True),
-    "n_inner": ("dim_feedforward", False),
-}
 
 
 def read(location: str) -> dict:
     """The model of the folder `hf:<folder>` names, checked (the module docstring), as the contents of a
     checkpoint file (`transformer_lab.load` makes it a Checkpoint)."""
     folder = _folder(location)
-    config = gpt2_model_config(read_json(folder / "config.json", location), location)
+    series = snapshots.hf_series(location)
+    if series:
+        steps = f"step{series[0].step}" + (f" ... step{series[-1].step}" if len(series) > 1 else "")
+        raise ConfigError(
+            f"{location} holds checkpoints over training ({steps}), not one model: pick one with step=N "
+            f"(or hf:<folder>/step<N>); interpret analysis=dynamics reads them all"
+        )
+    hf = read_json(folder / "config.json", location)
+    where = f"{location}/config.json"
+    family = families.family_of(hf, where)
+    config = _model_config(family.model_config(hf, where), where)
     tokenizer = read_tokenizer(folder, location)
     vocab = BPETokenizer(tokenizer, f"{location}'s tokenizer").vocab
     require(
@@ -91,8 +83,13 @@ def read(location: str) -> dict:
     config.vocab = vocab
     config.check()
     skeleton = _skeleton(config)
-    weights = read_weights(folder, location, gpt2_shapes(skeleton), skeleton)
-    contents = {
+    mapping = family.weights(config)
+    shapes = our_shapes(skeleton)
+    state = read_weights(folder, location, family, families.expected_shapes(mapping, shapes), skeleton)
+    weights = families.to_ours(state, mapping, shapes)
+    if config.tie_embeddings:
+        weights["unembed.weight"] = weights["embed.weight"]
+    return {
         "format_version": 1,
         "state_dict": {f"net.{k}": v for k, v in weights.items()},
         "hyper_parameters": {"net": config.to_dict()},
@@ -105,7 +102,14 @@ def read(location: str) -> dict:
             "block_size": min(BLOCK_SIZE, config.max_len),
         },
     }
-    return contents
+
+
+def our_shapes(skeleton: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    """This project's state_dict shapes of the model (a tied output layer left out: it is the embedding)."""
+    shapes = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    if skeleton.config.tie_embeddings:
+        shapes.pop("unembed.weight", None)
+    return shapes
 
 
 # ------------------------------------------------------------------------------------ the folder
@@ -152,143 +156,31 @@ def read_json(path: Path, location: str, limit: int = MAX_JSON, what: str = "a s
 
 
 # ------------------------------------------------------------------------------------ the config
-KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
-
-
-def setting(hf: dict, where: str, key: str, kind: type, default: object) -> object:
-    """config.json's `key`, of `kind` (bool, int, float, str or list) or null, else `default` where it is
-    absent; a one-line ConfigError naming the key where its value is of another type (a list where a
-    string is expected fails later as `unhashable type`, far from the file). An int is a float too; a
-    bool is no int."""
-    value = hf.get(key, default)
-    if value is None:
-        return default
-    fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
-    fits = fits or (kind is float and isinstance(value, int) and not isinstance(value, bool))
-    require(fits, f"{where}: {key}={json.dumps(value)[:60]} must be {KINDS[kind]}")
-    return float(value) if kind is float else value
-
-
-def gpt2_model_config(hf: dict, location: str) -> ModelConfig:
-    """The DecoderLM config of a GPT-2 config.json (the module docstring's table): every size checked
-    against this package's limits before anything is built, every setting the decoder lacks refused."""
-    where = f"{location}/config.json"
-    kind = setting(hf, where, "model_type", str, None)
-    architectures = setting(hf, where, "architectures", list, None) or ["GPT2LMHeadModel"]
-    require(
-        kind == "gpt2" and "GPT2LMHeadModel" in architectures,
-        f"{where} is of a {kind!r} model ({', '.join(map(str, architectures))}); hf: opens GPT-2-family "
-        "causal language models (model_type gpt2, GPT2LMHeadModel)",
-    )
-    sizes = {}
-    for key, (field, required) in SIZES.items():
-        value = setting(hf, where, key, int, None)
-        if value is None and not required:
-            continue
-        require(value is not None and value > 0, f"{where}: {key}={value!r} must be a positive integer")
-        require(
-            value <= LIMITS[field],
-            f"{where}: {key}={value} is more than this package's limit of {LIMITS[field]} ({field}); it is "
-            "not a model this can open",
-        )
-        sizes[field] = value
-    sizes.setdefault("dim_feedforward", 4 * sizes["model_dim"])  # GPT-2's n_inner=None
-    activation = setting(hf, where, "activation_function", str, "gelu_new")
-    require(
-        activation in ACTIVATIONS,
-        f"{where}: activation_function={activation!r} is not one this project's models have; they have "
-        f"{', '.join(ACTIVATIONS)}",
-    )
-    for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
-        value = setting(hf, where, key, bool, False)
-        require(not value, f"{where}: {key}={value!r}: this project's decoder has no such setting")
-    eps = setting(hf, where, "layer_norm_epsilon", float, 1e-5)
-    require(
-        math.isclose(eps, 1e-5, rel_tol=1e-6),
-        f"{where}: layer_norm_epsilon={eps!r}: this project's LayerNorms use 1e-05 (PyTorch's)",
-    )
-    eos = hf.get("eos_token_id")  # generation ends there, as transformers' generate ends it
-    eos = eos[0] if isinstance(eos, list) and eos else eos
-    eos = (
-        eos if isinstance(eos, int) and not isinstance(eos, bool) and 0 <= eos < sizes["vocab_size"] else None
-    )
-    flags = {}
-    for key, field in (("scale_attn_weights", "scale_attention"), ("tie_word_embeddings", "tie_embeddings")):
-        flags[field] = setting(hf, where, key, bool, True)
-    # no pad_id: positions count every token, as GPT-2's do (a pad_id would make them skip padding)
-    return _model_config(
-        {
-            "arch": "decoder",
-            **sizes,
-            **flags,
-            "eos_id": eos,
-            "activation": ACTIVATIONS[activation],
-            "norm_first": True,
-            "bias": True,
-            "positional_encoding": "learned",
-            "output_mlp": False,
-            "mlp": True,
-        },
-        where,
-    )
-
-
 def _skeleton(config: ModelConfig) -> torch.nn.Module:
     """The model on the meta device (no memory), for the shapes its weights must have."""
     with torch.device("meta"):
         return build_model(config)
 
 
-def gpt2_shapes(skeleton: torch.nn.Module) -> dict[str, tuple[str, tuple[int, ...], bool]]:
-    """GPT-2 name -> (this project's name, the shape the file must hold, whether it is transposed)."""
-    out = {}
-    names = {
-        "wte.weight": "embed.weight",
-        "wpe.weight": "pos_embed.embedding.weight",
-        "ln_f.weight": "ln_final.norm.weight",
-        "ln_f.bias": "ln_final.norm.bias",
-    }
-    block = {
-        "ln_1": "norm1",
-        "ln_2": "norm2",
-        "attn.c_attn": "attn.qkv_proj",
-        "attn.c_proj": "attn.o_proj",
-        "mlp.c_fc": "mlp.fc_in",
-        "mlp.c_proj": "mlp.fc_out",
-    }
-    for i in range(len(skeleton.blocks)):
-        for theirs, ours in block.items():
-            for part in ("weight", "bias"):
-                names[f"h.{i}.{theirs}.{part}"] = f"blocks.{i}.{ours}.{part}"
-    state = skeleton.state_dict()
-    for theirs, ours in names.items():
-        shape = tuple(state[ours].shape)
-        transposed = theirs.endswith("weight") and ".c_" in theirs
-        out[f"transformer.{theirs}"] = (ours, shape[::-1] if transposed else shape, transposed)
-    if not skeleton.config.tie_embeddings:
-        out["lm_head.weight"] = ("unembed.weight", tuple(state["unembed.weight"].shape), False)
-    return out
-
-
 # ------------------------------------------------------------------------------------ the weights
 def read_weights(
     folder: Path,
     location: str,
-    expected: dict[str, tuple[str, tuple[int, ...], bool]],
+    family: object,
+    expected: dict[str, tuple[int, ...]],
     skeleton: torch.nn.Module,
 ) -> dict[str, Tensor]:
-    """This project's weights from the folder's files (the module docstring): every name and shape
-    checked before a tensor is read, then read without running code; first of all, the memory the
-    config's model needs (from its sizes alone) against what the machine has free."""
+    """The family's tensors from the folder's files (the module docstring), by their names in
+    `expected` (name -> shape): every name and shape checked before a tensor is read, then read without
+    running code; first of all, the memory the config's model needs (from its sizes alone) against what
+    the machine has free."""
     _require_room(skeleton, location)
     if (folder / "model.safetensors").exists():
         files = {"model.safetensors": None}
     elif (folder / "model.safetensors.index.json").exists():
         files = _shards(folder, location)
     elif (folder / "pytorch_model.bin").exists():
-        return _from_state(
-            _read_bin(folder / "pytorch_model.bin", location, expected), location, expected, skeleton
-        )
+        return _read_bin(folder / "pytorch_model.bin", location, family, expected)
     else:
         raise ConfigError(
             f"{location} holds no weights (model.safetensors, model.safetensors.index.json or "
@@ -298,15 +190,15 @@ def read_weights(
     for name in files:
         for key, (dtype, shape) in _header(folder / name, location).items():
             found[key] = (name, dtype, shape)
-    _check_names(found, location, expected, lambda key: found[key][2], lambda key: found[key][1])
+    names = _check_names(found, location, family, expected, lambda k: found[k][2], lambda k: found[k][1])
     safetensors = require_package("safetensors", f"{location}")
     tensors: dict[str, Tensor] = {}
     for name in files:
-        wanted = [k for k, (file, _, _) in found.items() if file == name and k in expected]
+        wanted = {key: ours for ours, key in names.items() if found[key][0] == name}
         with reading(f"{location}: {name}"), safetensors.safe_open(str(folder / name), framework="pt") as f:
-            for key in wanted:
-                tensors[key] = f.get_tensor(key)
-    return _from_state(tensors, location, expected, skeleton)
+            for key, ours in wanted.items():
+                tensors[ours] = f.get_tensor(key)
+    return tensors
 
 
 def _shards(folder: Path, location: str) -> dict[str, None]:
@@ -398,37 +290,47 @@ def _header(path: Path, location: str) -> dict[str, tuple[str, tuple[int, ...]]]
     return out
 
 
-def _check_names(found: object, location: str, expected: dict, shape_of: object, dtype_of: object) -> None:
-    """Every weight the config's model needs is in the file with its shape and a float dtype; nothing
-    else is (but GPT-2's old mask buffers)."""
-    for key in expected:
-        if key not in found and key.startswith("transformer.") and key.removeprefix("transformer.") in found:
-            continue  # saved from GPT2Model: no `transformer.` prefix (handled by `_from_state`)
+def _canonical(key: str, family: object, expected: dict) -> str:
+    """A tensor's name as the family's mapping names it: an old name by its new one (`ALIASES`), a
+    headless base model's without the prefix of the whole model's (`PREFIX`)."""
+    key = family.ALIASES.get(key, key)
+    if key not in expected and family.PREFIX + key in expected:
+        key = family.PREFIX + key
+    return family.ALIASES.get(key, key)
+
+
+def _check_names(
+    found: object, location: str, family: object, expected: dict, shape_of: object, dtype_of: object
+) -> dict[str, str]:
+    """Every tensor the config's model needs is in the file with its shape and a float dtype; nothing
+    else is (but the buffers of old files, and a tied output layer's copy of the embedding). The file's
+    name of each needed tensor, by its name in `expected`."""
+    names = {_canonical(key, family, expected): key for key in found}
+    for name in expected:
         require(
-            key in found,
-            f"{location} has no weight {key}, which its config's GPT-2 has; it is not a complete model",
+            name in names,
+            f"{location} has no weight {name}, which its config's {family.TITLE} has; it is not a complete "
+            "model",
         )
-    for key in found:
-        name = key if key in expected else f"transformer.{key}"
-        if name not in expected and key == "lm_head.weight" and "transformer.wte.weight" in expected:
-            name = "transformer.wte.weight"  # tied: the embedding's copy, which transformers ignores too
+    for name, key in names.items():
         if name not in expected:
             require(
-                key.endswith(BUFFERS),
-                f"{location} has a weight {key} that its config's GPT-2 does not have; it is not the model "
-                "config.json describes",
+                key.endswith(family.IGNORED) or name == "lm_head.weight",  # tied: transformers ignores it too
+                f"{location} has a weight {key} that its config's {family.TITLE} does not have; it is not "
+                "the model config.json describes",
             )
             continue
         shape, dtype = tuple(shape_of(key)), dtype_of(key)
         require(
-            shape == expected[name][1],
+            shape == expected[name],
             f"{location}: weight {key} has shape {shape} in the file but config.json makes "
-            f"{expected[name][1]}; the file does not match its own config",
+            f"{expected[name]}; the file does not match its own config",
         )
         require(
             dtype in DTYPES or (isinstance(dtype, torch.dtype) and dtype.is_floating_point),
             f"{location}: weight {key} is {dtype}, not floating point",
         )
+    return {name: key for name, key in names.items() if name in expected}
 
 
 def _require_room(skeleton: torch.nn.Module, location: str) -> None:
@@ -436,7 +338,7 @@ def _require_room(skeleton: torch.nn.Module, location: str) -> None:
     require_memory(8 * elements, f"the model of {location}", "it is too large for this machine")
 
 
-def _read_bin(path: Path, location: str, expected: dict) -> dict[str, Tensor]:
+def _read_bin(path: Path, location: str, family: object, expected: dict) -> dict[str, Tensor]:
     """pytorch_model.bin with `torch.load(weights_only=True)`, after the zip's own checks (a pickle that
     names code is refused in one line, and nothing of it runs)."""
     require_regular_file(path, "file", 1 << 50)
@@ -460,24 +362,10 @@ def _read_bin(path: Path, location: str, expected: dict) -> dict[str, Tensor]:
         and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()),
         f"{location}: {path.name} is not a state dict (names to tensors)",
     )
-    _check_names(state, location, expected, lambda key: state[key].shape, lambda key: state[key].dtype)
-    return state
-
-
-def _from_state(
-    state: dict[str, Tensor], location: str, expected: dict, skeleton: torch.nn.Module
-) -> dict[str, Tensor]:
-    """This project's state dict from GPT-2's (checked) tensors: transposed where Conv1D stores [in, out],
-    float32, the unembedding tied or GPT-2's lm_head, its bias zeros."""
-    weights = {}
-    for key, (ours, _, transposed) in expected.items():
-        tensor = state[key] if key in state else state[key.removeprefix("transformer.")]
-        tensor = tensor.to(torch.float32)
-        weights[ours] = (tensor.T if transposed else tensor).contiguous()
-    if skeleton.config.tie_embeddings:
-        weights["unembed.weight"] = weights["embed.weight"]
-    weights["unembed.bias"] = torch.zeros(skeleton.config.vocab_size)
-    return weights
+    names = _check_names(
+        state, location, family, expected, lambda k: state[k].shape, lambda k: state[k].dtype
+    )
+    return {ours: state[key] for ours, key in names.items()}
 
 
 # ------------------------------------------------------------------------------------ the tokenizer
@@ -520,7 +408,7 @@ __all__ = ["PREFIX", "read"]
 
 
 def _model_config(net: dict, where: str) -> ModelConfig:
-    """The project's model config of a GPT-2's settings, every value in bounds (a one-line refusal)."""
+    """The project's model config of a family's settings, every value in bounds (a one-line refusal)."""
     try:
         return ModelConfig.from_dict(net)
     except ValueError as exc:

@@ -1,29 +1,16 @@
-"""to=huggingface: a pre-norm decoder as a GPT-2 folder that `transformers` opens.
+"""to=huggingface: a pre-norm decoder as a folder of its `transformers` family, which `transformers` opens.
 
-    AutoModelForCausalLM.from_pretrained(out)   GPT2LMHeadModel: config.json, model.safetensors
+    AutoModelForCausalLM.from_pretrained(out)   GPT2LMHeadModel, GPTNeoXForCausalLM, LlamaForCausalLM (or
+                                                Qwen2ForCausalLM, MistralForCausalLM), GPTNeoForCausalLM:
+                                                config.json, model.safetensors
     AutoTokenizer.from_pretrained(out)          the vocabulary as a tokenizer: tokenizer.json
 
-GPT-2's block is this project's pre-norm block (x + Attn(LN_1(x)), then x + MLP(LN_2(x))), its attention
-the same fused [q | k | v] projection, so the weights go over one for one. GPT-2's Conv1D stores the
-matrix x is multiplied by, [in, out], where nn.Linear stores [out, in]: every projection is transposed.
-
-    transformer.wte.weight [V, D]          = embed.weight
-    transformer.wpe.weight [max_len, D]    = the positions' table: learned, the sinusoids PE(pos) written
-                                             into it, or zeros (none): GPT-2 adds wpe[pos] as each does
-    transformer.h.i.ln_1, ln_2             = blocks.i.norm1, norm2 (zero biases for model.bias=false)
-    transformer.h.i.attn.c_attn [D, 3D]    = qkv_proj.weight^T, qkv_proj.bias
-    transformer.h.i.attn.c_proj [D, D]     = o_proj.weight^T, o_proj.bias
-    transformer.h.i.mlp.c_fc [D, F]        = mlp.fc_in.weight^T;  mlp.c_proj [F, D] = mlp.fc_out.weight^T
-                                             (an attention-only block: an MLP of width 1 with zero
-                                             weights, which adds exactly 0)
-    transformer.ln_f                       = ln_final.norm
-    lm_head.weight [V, D]                  = unembed.weight (tied: wte itself, tie_word_embeddings)
-
-GPT-2's output layer has no bias. The unembedding's bias b folds into ln_f's: the logits are
-W (g * n + beta) + b = W (g * n + beta + delta) with W delta = b, which has an exact solution delta
-(least squares, checked) when b lies in the span of W's columns, as it does whenever W [V, D] has rank V
-(V <= D, e.g. a character vocabulary). Otherwise the export is refused in one line. Activations:
-relu, gelu (exact: transformers' "gelu"), gelu_new; scale_attention=false is scale_attn_weights=false.
+The family is the first of `interop.families` whose block holds the model (`families.family_for`): GPT-2
+for learned, sinusoidal or no positions with LayerNorm and a plain MLP (its export carries any positions'
+table and folds an output bias, `families.gpt2`), GPT-NeoX for rotary positions with LayerNorm (parallel
+or not), Llama for RMSNorm, rotary positions and a gated MLP (Qwen2 with Q, K, V biases, Mistral with a
+window on every layer), GPT-Neo for local attention with unscaled scores. A model none of them holds is
+refused in one line saying what each lacks. Each family's module maps the config and every tensor.
 
 The tokenizer is the model's own where it has one (a byte-level BPE of task=text, or the tokenizer of a
 model opened with hf:, kept in the record of its task); else a word-level `tokenizers` tokenizer over the
@@ -37,11 +24,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
-from transformer_lab.errors import ConfigError
-from transformer_lab.interop import require_gpt_style, require_package
-from transformer_lab.interop.transformer_lens import positions_table
+from transformer_lab.interop import families, require_gpt_style, require_package
 from transformer_lab.nn import DecoderLM, ModelConfig
 
 SNIPPET = """\
@@ -52,96 +36,37 @@ ids = tokenizer("{prompt}", return_tensors="pt").input_ids
 print(tokenizer.decode(model.generate(ids, max_new_tokens=20, do_sample=False)[0]))"""
 
 
-def check(config: ModelConfig) -> None:
-    """A one-line refusal for a model GPT-2 cannot express (the unembedding's bias: `output_bias_fold`)."""
+def check(config: ModelConfig) -> object:
+    """The family that holds a model of `config`, or a one-line refusal (a model no family's block
+    holds; an output bias GPT-2 cannot fold is refused by its export)."""
     require_gpt_style(config, "huggingface")
+    return families.family_for(config)
 
 
-def gpt2_config(config: ModelConfig) -> dict:
-    """GPT2Config's arguments (dropout 0: the same function in training mode too)."""
-    return {
-        "vocab_size": config.vocab_size,
-        "n_positions": config.max_len,
-        "n_embd": config.model_dim,
-        "n_layer": config.num_layers,
-        "n_head": config.num_heads,
-        "n_inner": config.feedforward_dim if config.mlp else 1,
-        "activation_function": config.activation,
-        "resid_pdrop": 0.0,
-        "embd_pdrop": 0.0,
-        "attn_pdrop": 0.0,
-        "layer_norm_epsilon": 1e-5,  # nn.LayerNorm's
-        "scale_attn_weights": config.scale_attention,
-        "tie_word_embeddings": config.tie_embeddings,
-        "bos_token_id": config.bos_id,
-        "eos_token_id": config.eos_id,
-        "pad_token_id": config.pad_id,
-        "architectures": ["GPT2LMHeadModel"],
-    }
+def state_dict(net: DecoderLM) -> dict[str, torch.Tensor]:
+    """The tensors to=huggingface writes for the model, under its family's names (`families.export_state`;
+    GPT-2's with the output bias folded, or a one-line refusal where it cannot be)."""
+    return families.export_state(check(net.config), net)
 
 
-def output_bias_fold(weight: Tensor, bias: Tensor) -> Tensor:
-    """delta [D] with weight @ delta = bias (weight [V, D]): the shift of ln_f's bias that carries the
-    unembedding's bias (see the module docstring); a one-line ConfigError when none exists."""
-    w, b = weight.detach().double(), bias.detach().double()
-    delta = torch.linalg.lstsq(w, b[:, None], driver="gelsd").solution[:, 0]
-    error = float((w @ delta - b).abs().max())
-    if error > 1e-6 * (1 + float(b.abs().max())):
-        raise ConfigError(
-            f"to=huggingface: the output layer's bias (model.bias=true) has no place in GPT-2, whose output "
-            f"layer has none, and it cannot be folded into ln_f's bias here ({weight.size(0)} tokens, more "
-            f"than the model's width {weight.size(1)}: off by {error:.2g}); to=transformer_lens or to=onnx "
-            "export it"
+def transformers_model(config: ModelConfig, state: dict) -> torch.nn.Module:
+    """The transformers model of the family that holds `config`, with the family's tensors `state`."""
+    family = check(config)
+    transformers = require_package("transformers", "to=huggingface")
+    arguments = dict(family.hf_config(config))
+    kind, architectures = arguments.pop("model_type"), arguments["architectures"]
+    with torch.device("cpu"):
+        built = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(kind, **arguments)
         )
-    return delta.float()
-
-
-def _linear(weight: Tensor, bias: Tensor | None, out_features: int) -> tuple[Tensor, Tensor]:
-    """nn.Linear (W [out, in], b) as GPT-2's Conv1D (W^T [in, out], b; zeros without a bias)."""
-    return weight.detach().T, torch.zeros(out_features) if bias is None else bias.detach()
-
-
-def _norm(norm: torch.nn.LayerNorm, dim: int) -> tuple[Tensor, Tensor]:
-    return norm.weight.detach(), torch.zeros(dim) if norm.bias is None else norm.bias.detach()
-
-
-def state_dict(model: DecoderLM) -> dict[str, Tensor]:
-    """GPT2LMHeadModel's weights for the model (the module docstring's table)."""
-    config = model.config
-    dim, width = config.model_dim, config.feedforward_dim
-    out = {
-        "transformer.wte.weight": model.embed.weight.detach(),
-        "transformer.wpe.weight": positions_table(model),
-    }
-    for i, block in enumerate(model.blocks):
-        p = f"transformer.h.{i}."
-        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = _norm(block.norm1, dim)
-        attn = block.attn
-        out[p + "attn.c_attn.weight"], out[p + "attn.c_attn.bias"] = _linear(
-            attn.qkv_proj.weight, attn.qkv_proj.bias, 3 * dim
-        )
-        out[p + "attn.c_proj.weight"], out[p + "attn.c_proj.bias"] = _linear(
-            attn.o_proj.weight, attn.o_proj.bias, dim
-        )
-        if hasattr(block, "mlp"):
-            out[p + "ln_2.weight"], out[p + "ln_2.bias"] = _norm(block.norm2, dim)
-            mlp = block.mlp
-            out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = _linear(
-                mlp.fc_in.weight, mlp.fc_in.bias, width
-            )
-            out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = _linear(
-                mlp.fc_out.weight, mlp.fc_out.bias, dim
-            )
-        else:  # an MLP that adds exactly 0: act(0 x + 0) = 0, then 0 weights and bias
-            out[p + "ln_2.weight"], out[p + "ln_2.bias"] = torch.ones(dim), torch.zeros(dim)
-            out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = torch.zeros(dim, 1), torch.zeros(1)
-            out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = torch.zeros(1, dim), torch.zeros(dim)
-    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = _norm(model.ln_final.norm, dim)
-    head = model.unembed
-    if head.bias is not None and bool(head.bias.any()):
-        out["transformer.ln_f.bias"] = out["transformer.ln_f.bias"] + output_bias_fold(head.weight, head.bias)
-    out["lm_head.weight"] = (model.embed if config.tie_embeddings else head).weight.detach()
-    return {k: v.to("cpu", torch.float32).contiguous() for k, v in out.items()}
+    missing, unexpected = built.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight"} if config.tie_embeddings else set()
+    missing = [key for key in missing if key not in tied and not key.endswith(family.IGNORED)]
+    if missing or unexpected:  # this version of transformers names the family's weights otherwise
+        raise RuntimeError(f"{architectures[0]} does not take these weights: {missing or unexpected}")
+    if config.tie_embeddings:
+        built.tie_weights()
+    return built.eval()
 
 
 def tokenizer(vocab: list[str], separator: str, specials: list[int]) -> object:
@@ -159,50 +84,42 @@ def tokenizer(vocab: list[str], separator: str, specials: list[int]) -> object:
 
 
 def export(
-    model: DecoderLM, out: Path, separator: str, prompt: str, tokenizer_json: str | None = None
+    net: DecoderLM, out: Path, separator: str, prompt: str, tokenizer_json: str | None = None
 ) -> list[str]:
-    """Write the GPT-2 folder (model and tokenizer) to `out`; the lines to print. `separator`: how the
+    """Write the family's folder (model and tokenizer) to `out`; the lines to print. `separator`: how the
     task writes text; `prompt`: the text the printed snippet continues; `tokenizer_json`: the model's own
     tokenizer (a BPE of task=text, or of a model opened with hf:), written as it is instead of a word-level
     one over the vocabulary."""
-    config = model.config
-    check(config)
+    config = net.config
+    family = check(config)
     transformers = require_package("transformers", "to=huggingface")
-    hf_config = transformers.GPT2Config(**gpt2_config(config))
-    weights = state_dict(model)
-    with torch.device("cpu"):
-        gpt2 = transformers.GPT2LMHeadModel(hf_config)
-    missing, unexpected = gpt2.load_state_dict(weights, strict=False)
-    missing = [key for key in missing if not key.endswith(("attn.bias", "attn.masked_bias"))]  # GPT-2's masks
-    if missing or unexpected:  # this version of transformers names GPT-2's weights otherwise
-        raise RuntimeError(f"GPT2LMHeadModel does not take these weights: {missing or unexpected}")
-    if config.tie_embeddings:
-        gpt2.tie_weights()
-    gpt2.generation_config.pad_token_id = config.pad_id
+    built = transformers_model(config, state_dict(net))
+    built.generation_config.pad_token_id = config.pad_id
     bars = transformers.utils.logging
     shown = bars.is_progress_bar_enabled()
     bars.disable_progress_bar()  # "Writing model shards" for one small file
     try:
-        gpt2.save_pretrained(str(out))
+        built.save_pretrained(str(out))
     finally:
         if shown:
             bars.enable_progress_bar()
     ids = {"pad": config.pad_id, "bos": config.bos_id, "eos": config.eos_id, "sep": config.sep_id}
     specials = sorted({i for i in ids.values() if i is not None})
-    names = {f"{name}_token": model.vocab[i] for name, i in ids.items() if i is not None and name != "sep"}
+    names = {f"{name}_token": net.vocab[i] for name, i in ids.items() if i is not None and name != "sep"}
     if tokenizer_json is not None:
         own = require_package("tokenizers", "to=huggingface").Tokenizer.from_str(tokenizer_json)
-        if "<|endoftext|>" in model.vocab:
+        if "<|endoftext|>" in net.vocab:
             names.setdefault("eos_token", "<|endoftext|>")
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=own if tokenizer_json is not None else tokenizer(model.vocab, separator, specials),
+        tokenizer_object=own if tokenizer_json is not None else tokenizer(net.vocab, separator, specials),
         clean_up_tokenization_spaces=False,
         model_max_length=config.max_len,
         **names,
     )
     fast.save_pretrained(str(out))
     files = sorted(p.name for p in out.iterdir())
+    architecture = family.hf_config(config)["architectures"][0]
     return [
-        f"Wrote {out}: {', '.join(files)} (GPT2LMHeadModel, {config.num_layers} layers); load it with:",
+        f"Wrote {out}: {', '.join(files)} ({architecture}, {config.num_layers} layers); load it with:",
         SNIPPET.format(out=out, prompt=prompt.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")),
     ]

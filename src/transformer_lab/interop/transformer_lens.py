@@ -11,22 +11,34 @@ TransformerLens's names, and every activation both models name equals this model
 reads `ln_final.hook_normalized` before the LayerNorm's weight and bias, this project after (the stream
 the unembedding reads).
 
-The weights, with D = model_dim, H heads of d = D / H, F = the MLP's width, V tokens (PyTorch's Linear
-stores W [out, in] and computes x W^T; TransformerLens stores the matrix x is multiplied by, per head):
+The weights, with D = model_dim, H heads of d = D / H, KV key-value heads, F = the MLP's width, V tokens
+(PyTorch's Linear stores W [out, in] and computes x W^T; TransformerLens stores the matrix x is
+multiplied by, per head):
 
     embed.W_E [V, D]                  = embed.weight
-    pos_embed.W_pos [max_len, D]      = the positions' table: learned, the sinusoids PE, or zeros (none)
-    blocks.i.ln1.w, .b                = blocks.i.norm1.weight, .bias (zeros without biases)
+    pos_embed.W_pos [max_len, D]      = the positions' table: learned, the sinusoids PE, or zeros (none);
+                                        none with rotary positions (positional_embedding_type "rotary",
+                                        rotary_dim, rotary_base: TransformerLens rotates q and k itself;
+                                        see `adjacent_pairs` for the order of their dimensions)
+    blocks.i.ln1.w, .b                = blocks.i.norm1.weight, .bias (zeros without biases; RMSNorm: w
+                                        only, normalization_type "RMS")
     blocks.i.attn.W_Q [H, D, d]       = qkv_proj.weight[0:D] [H*d, D] viewed [H, d, D], transposed (1, 2)
-    blocks.i.attn.W_K, W_V            = rows D:2D and 2D:3D alike;  b_Q, b_K, b_V [H, d]: qkv_proj.bias
+    blocks.i.attn.W_K, W_V            = the next rows alike;  b_Q, b_K, b_V [H, d]: qkv_proj.bias; with
+                                        grouped-query attention _W_K, _W_V [KV, D, d] and _b_K, _b_V
+                                        (n_key_value_heads)
     blocks.i.attn.W_O [H, d, D]       = o_proj.weight [D, H*d] viewed [D, H, d], permuted (1, 2, 0)
     blocks.i.attn.b_O [D]             = o_proj.bias
     blocks.i.ln2.w, .b                = blocks.i.norm2 (only with an MLP; attn_only otherwise)
-    blocks.i.mlp.W_in [D, F], b_in    = fc_in.weight^T, fc_in.bias;  W_out [F, D], b_out = fc_out's
+    blocks.i.mlp.W_in [D, F], b_in    = fc_in.weight^T, fc_in.bias;  W_out [F, D], b_out = fc_out's;
+                                        a gated MLP (gated_mlp, act_fn silu or gelu) also W_gate = fc_gate^T
     ln_final.w, .b                    = ln_final.norm
     unembed.W_U [D, V], b_U [V]       = unembed.weight^T (embed.weight^T when tied), unembed.bias
     blocks.i.attn.mask, .IGNORE       the causal mask [max_len, max_len] and -inf, which HookedTransformer
                                       keeps as buffers (its load_state_dict asks for them)
+
+TransformerLens 4's native model (what the snippet loads where HookedTransformer is gone) has no parallel
+attention and MLP, no local attention windows and no biases in a gated MLP: such models are refused in
+one line, with the export that holds them (to=huggingface, opened by TransformerBridge.boot_transformers).
 """
 
 from __future__ import annotations
@@ -40,6 +52,12 @@ from torch import Tensor
 from transformer_lab.errors import require
 from transformer_lab.interop import require_gpt_style, require_package
 from transformer_lab.nn import DecoderLM, ModelConfig
+from transformer_lab.nn.config import GATED
+
+GATED_ACT = {
+    "swiglu": "silu",
+    "geglu": "gelu",
+}  # a gated MLP's activation of its gate, by TransformerLens's name
 
 SNIPPET = """\
 import json
@@ -68,10 +86,25 @@ def check(config: ModelConfig) -> None:
         "to=transformer_lens needs attention scaled by 1/sqrt(d_head) (TransformerLens 4's models always "
         "scale it), and this model has model.scale_attention=false; to=huggingface or to=onnx export it",
     )
+    fix = "to=huggingface (then TransformerBridge.boot_transformers) or to=onnx export it"
+    for lacks, what in (
+        (config.parallel_residual, "parallel attention and MLP (model.parallel_residual=true)"),
+        (config.attention_window is not None, "local attention windows (model.attention_window)"),
+        (config.activation in GATED and config.has_bias("mlp"), "biases in a gated MLP (model.mlp_bias)"),
+    ):
+        require(not lacks, f"to=transformer_lens: TransformerLens 4's native model has no {what}; {fix}")
 
 
 def tl_config(config: ModelConfig) -> dict:
     """HookedTransformerConfig's arguments for the model (plain values: config.json)."""
+    rotary = {"positional_embedding_type": "standard"}
+    if config.positional_encoding == "rotary":
+        rotary = {
+            "positional_embedding_type": "rotary",
+            "rotary_dim": config.rotary_dim,
+            "rotary_base": config.rotary_base,
+            "rotary_adjacent_pairs": True,  # the weights' order (`adjacent_pairs`)
+        }
     return {
         "model_name": "transformer-lab",
         "d_model": config.model_dim,
@@ -82,13 +115,26 @@ def tl_config(config: ModelConfig) -> dict:
         "d_vocab": config.vocab_size,
         "d_vocab_out": config.vocab_size,
         "d_mlp": config.feedforward_dim,
-        "act_fn": config.activation,
+        "act_fn": GATED_ACT.get(config.activation, config.activation),
+        "gated_mlp": config.activation in GATED,
         "attn_only": not config.mlp,
-        "normalization_type": "LN",
-        "eps": 1e-5,  # nn.LayerNorm's
-        "positional_embedding_type": "standard",
+        "normalization_type": "RMS" if config.norm == "rms" else "LN",
+        "eps": config.norm_eps,
+        "n_key_value_heads": config.num_kv_heads if config.kv_heads < config.num_heads else None,
+        **rotary,
         "default_prepend_bos": False,  # token ids go in as they are
     }
+
+
+def adjacent_pairs(config: ModelConfig) -> Tensor:
+    """The order of a head's dimensions in TransformerLens's rotary heads (`rotary_adjacent_pairs`, the
+    only kind TransformerLens 4's native model has): it turns dimensions (2i, 2i + 1) together, this
+    project (as GPT-NeoX and transformers' Llama) dimensions (i, i + rotary_dim / 2). Dimension j of a
+    TransformerLens head is dimension order[j] of this project's; the rest of the head stays. Queries and
+    keys permuted alike keep every score, so only hook_q, hook_k and the rotated ones read in this order."""
+    half, d_head = config.rotary_dim // 2, config.head_dim
+    paired = torch.stack([torch.arange(half), torch.arange(half) + half], dim=1).flatten()
+    return torch.cat([paired, torch.arange(2 * half, d_head)])
 
 
 def positions_table(model: DecoderLM) -> Tensor:
@@ -109,31 +155,48 @@ def _or_zeros(bias: Tensor | None, size: int) -> Tensor:
 def state_dict(model: DecoderLM) -> dict[str, Tensor]:
     """The model's weights under HookedTransformer's names and shapes (the module docstring's table)."""
     config = model.config
-    dim, heads = config.model_dim, config.num_heads
+    dim, heads, kv = config.model_dim, config.num_heads, config.kv_heads
     d_head, ctx = dim // heads, config.max_len
-    out = {"embed.W_E": model.embed.weight.detach(), "pos_embed.W_pos": positions_table(model)}
+    grouped = "_" if kv < heads else ""  # HookedTransformer keeps grouped K and V as _W_K, _W_V
+    order = adjacent_pairs(config) if config.positional_encoding == "rotary" else None
+    out = {"embed.W_E": model.embed.weight.detach()}
+    if config.positional_encoding != "rotary":
+        out["pos_embed.W_pos"] = positions_table(model)
+
+    def norm(name: str, module: torch.nn.Module) -> None:
+        out[f"{name}.w"] = module.weight.detach()
+        if config.norm != "rms":  # RMSNorm has a weight only
+            out[f"{name}.b"] = _or_zeros(module.bias, dim)
+
     for i, block in enumerate(model.blocks):
         p = f"blocks.{i}."
         attn = block.attn
-        out[p + "ln1.w"], out[p + "ln1.b"] = block.norm1.weight.detach(), _or_zeros(block.norm1.bias, dim)
-        weight = attn.qkv_proj.weight.detach().view(3, heads, d_head, dim)  # [q|k|v], heads, d, D
-        bias = _or_zeros(attn.qkv_proj.bias, 3 * dim).view(3, heads, d_head)
-        for j, name in enumerate("QKV"):
-            out[p + f"attn.W_{name}"] = weight[j].transpose(1, 2)  # [H, D, d]
-            out[p + f"attn.b_{name}"] = bias[j]
+        norm(p + "ln1", block.norm1)
+        sizes = [heads * d_head, kv * d_head, kv * d_head]
+        weights = attn.qkv_proj.weight.detach().split(sizes)
+        biases = _or_zeros(attn.qkv_proj.bias, sum(sizes)).split(sizes)
+        for name, weight, bias, n in zip("QKV", weights, biases, (heads, kv, kv), strict=True):
+            under = grouped if name != "Q" else ""
+            weight, bias = weight.view(n, d_head, dim), bias.view(n, d_head)
+            if config.positional_encoding == "rotary" and name != "V":
+                weight, bias = weight[:, order], bias[:, order]
+            out[p + f"attn.{under}W_{name}"] = weight.transpose(1, 2)  # [n, D, d]
+            out[p + f"attn.{under}b_{name}"] = bias
         out[p + "attn.W_O"] = attn.o_proj.weight.detach().view(dim, heads, d_head).permute(1, 2, 0)
         out[p + "attn.b_O"] = _or_zeros(attn.o_proj.bias, dim)
         out[p + "attn.mask"] = torch.tril(torch.ones(ctx, ctx, dtype=torch.bool))
         out[p + "attn.IGNORE"] = torch.tensor(float("-inf"))
         if hasattr(block, "mlp"):
-            width = config.feedforward_dim
-            out[p + "ln2.w"], out[p + "ln2.b"] = block.norm2.weight.detach(), _or_zeros(block.norm2.bias, dim)
-            out[p + "mlp.W_in"] = block.mlp.fc_in.weight.detach().T
-            out[p + "mlp.b_in"] = _or_zeros(block.mlp.fc_in.bias, width)
-            out[p + "mlp.W_out"] = block.mlp.fc_out.weight.detach().T
-            out[p + "mlp.b_out"] = _or_zeros(block.mlp.fc_out.bias, dim)
-    norm = model.ln_final.norm
-    out["ln_final.w"], out["ln_final.b"] = norm.weight.detach(), _or_zeros(norm.bias, dim)
+            width, mlp = config.feedforward_dim, block.mlp
+            norm(p + "ln2", block.norm2)
+            if hasattr(mlp, "fc_gate"):
+                out[p + "mlp.W_gate"] = mlp.fc_gate.weight.detach().T
+            out[p + "mlp.W_in"] = mlp.fc_in.weight.detach().T
+            out[p + "mlp.W_out"] = mlp.fc_out.weight.detach().T
+            if not hasattr(mlp, "fc_gate"):  # TransformerLens 4's gated MLP has no biases (checked)
+                out[p + "mlp.b_in"] = _or_zeros(mlp.fc_in.bias, width)
+                out[p + "mlp.b_out"] = _or_zeros(mlp.fc_out.bias, dim)
+    norm("ln_final", model.ln_final.norm)
     out["unembed.W_U"] = model.unembed.weight.detach().T
     out["unembed.b_U"] = _or_zeros(model.unembed.bias, config.vocab_size)
     # one contiguous float32 copy each (safetensors stores no views, and tied weights would share one)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab.nn.hooks import HookPoint
+from transformer_lab.nn.positional import rotate
 
 
 def expand_mask(mask: Tensor) -> Tensor:
@@ -45,6 +46,19 @@ def causal_mask(num_queries: int, num_keys: int, device: torch.device | None = N
     """
     ones = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
     return torch.tril(ones, diagonal=num_keys - num_queries)
+
+
+def window_mask(
+    num_queries: int, num_keys: int, window: int, causal: bool, device: torch.device
+) -> Tensor | None:
+    """Boolean [Tq, Tk] mask of local attention (GPT-Neo's local layers): query i, at position
+    Tk - Tq + i, sees the keys fewer than `window` positions away (and, `causal`, not after it). None when
+    no query has a key that far (Tk <= window): the window hides nothing."""
+    if num_keys <= window:
+        return None
+    query = torch.arange(num_keys - num_queries, num_keys, device=device)
+    distance = query[:, None] - torch.arange(num_keys, device=device)[None, :]
+    return (distance < window) & ((distance >= 0) if causal else (distance > -window))
 
 
 def attention_pattern(q: Tensor, k: Tensor, mask: Tensor | None = None, scale: bool = True) -> Tensor:
@@ -79,7 +93,8 @@ def same_copies(x: Tensor) -> bool:
 
 
 class KVCache:
-    """Keys and values of the positions already seen by one attention layer, for fast decoding.
+    """Keys and values of the positions already seen by one attention layer, for fast decoding (one per
+    key-value head; with rotary positions the keys are stored rotated, each by its own position).
 
     Preallocated to `max_len` positions; `update` writes the new keys/values after the cached ones and
     returns everything cached so far. Positions are absolute, so a full cache cannot slide: the caller
@@ -120,15 +135,25 @@ class MultiheadAttention(nn.Module):
 
     One fused linear layer computes Q, K and V for all heads. Its output is laid out [q | k | v], each
     [head_1 | ... | head_h], which is exactly `torch.nn.MultiheadAttention.in_proj_weight`, so weights
-    transfer between the two (a test checks they agree). `bias=False` drops the projections' biases.
+    transfer between the two (a test checks they agree). `bias=False` drops the Q, K, V biases,
+    `out_bias` (default: `bias`) W^O's.
+
+    Grouped-query attention (`num_kv_heads` < `num_heads`; Ainslie et al., 2023): K and V have
+    `num_kv_heads` heads, each shared by num_heads / num_kv_heads consecutive query heads (query head h
+    reads key-value head h // group); the layout is then [q (H heads) | k (KV heads) | v (KV heads)].
+    With `rotary`, queries and keys are rotated by their positions (`positional.rotate`) after hook_q and
+    hook_k. With `window`, each query sees only the keys fewer than `window` positions away (local
+    attention, `window_mask`).
 
     Cross-attention (the decoder of an encoder-decoder) takes its queries from `x` and its keys and
     values from `memory` (the encoder's output), with the same weights: the rows of W^Q, and of W^K, W^V.
 
-    Hook points: `hook_q`, `hook_k`, `hook_v` and `hook_z` (the heads' outputs before W^O), each
-    [B, T, H, d_head]; `hook_pattern`, the softmax weights [B, H, T_query, T_key]. Inside
-    `model.per_head_hooks()` also `hook_result` [B, T, H, D]: each head's output in the residual stream,
-    result_h = z_h W^O_h (the layer's output is sum_h result_h + b^O), computed only while it is hooked.
+    Hook points: `hook_q` [B, T, H, d_head], `hook_k`, `hook_v` [B, T, KV, d_head] (one per key-value
+    head), with rotary positions `hook_rot_q` and `hook_rot_k` (after the rotation, TransformerLens's
+    names), `hook_pattern`, the softmax weights [B, H, T_query, T_key] (one per query head), and `hook_z`
+    (the heads' outputs before W^O) [B, T, H, d_head]. Inside `model.per_head_hooks()` also
+    `hook_result` [B, T, H, D]: each head's output in the residual stream, result_h = z_h W^O_h (the
+    layer's output is sum_h result_h + b^O), computed only while it is hooked.
     """
 
     per_head = False  # True while the per-head hook points are attached (`HookedModule.per_head_hooks`)
@@ -137,22 +162,47 @@ class MultiheadAttention(nn.Module):
         """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
         return [("hook_result", "hook_z")]
 
-    def __init__(self, input_dim: int, embed_dim: int, num_heads: int, bias: bool = True, scale: bool = True):
+    def __init__(
+        self,
+        input_dim: int,
+        embed_dim: int,
+        num_heads: int,
+        bias: bool = True,
+        scale: bool = True,
+        num_kv_heads: int | None = None,
+        out_bias: bool | None = None,
+        rotary: bool = False,
+        window: int | None = None,
+    ):
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim={embed_dim} must be divisible by num_heads={num_heads}")
+        num_kv_heads = num_kv_heads or num_heads
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
         self.embed_dim = embed_dim
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = embed_dim // num_heads
+        self.kv_dim = num_kv_heads * self.head_dim
         self.scale = scale
-        self.qkv_proj = nn.Linear(input_dim, 3 * embed_dim, bias=bias)
-        self.o_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.window = window
+        self.qkv_proj = nn.Linear(input_dim, embed_dim + 2 * self.kv_dim, bias=bias)
+        self.o_proj = nn.Linear(embed_dim, embed_dim, bias=bias if out_bias is None else out_bias)
         self.hook_q = HookPoint()
         self.hook_k = HookPoint()
         self.hook_v = HookPoint()
+        if rotary:
+            self.hook_rot_q = HookPoint()
+            self.hook_rot_k = HookPoint()
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
         self._reset_parameters()
+
+    @property
+    def group(self) -> int:
+        """Query heads per key-value head."""
+        return self.num_heads // self.num_kv_heads
 
     def _reset_parameters(self) -> None:
         """Xavier-uniform weights and zero biases, as in the original Transformer implementation."""
@@ -161,10 +211,20 @@ class MultiheadAttention(nn.Module):
             if proj.bias is not None:
                 nn.init.zeros_(proj.bias)
 
-    def _heads(self, x: Tensor, hook: HookPoint) -> Tensor:
-        """[B, T, embed_dim] -> hooked as [B, T, H, d_head] -> [B, H, T, d_head] for the matmuls."""
+    def _heads(self, x: Tensor, hook: HookPoint, heads: int) -> Tensor:
+        """[B, T, heads * d_head] -> hooked as [B, T, heads, d_head]."""
         batch, seq_len, _ = x.shape
-        return hook(x.view(batch, seq_len, self.num_heads, self.head_dim)).transpose(1, 2)
+        return hook(x.view(batch, seq_len, heads, self.head_dim))
+
+    def _positioned(
+        self, q: Tensor | None, k: Tensor | None, rotary: tuple[Tensor, Tensor] | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Queries and keys [B, T, heads, d] rotated by their positions (`hook_rot_q`, `hook_rot_k`), then
+        laid out [B, heads, T, d] for the matmuls."""
+        if rotary is not None:
+            q = None if q is None else self.hook_rot_q(rotate(q, *rotary))
+            k = None if k is None else self.hook_rot_k(rotate(k, *rotary))
+        return (None if q is None else q.transpose(1, 2)), (None if k is None else k.transpose(1, 2))
 
     def forward(
         self,
@@ -174,89 +234,113 @@ class MultiheadAttention(nn.Module):
         causal: bool = False,
         kv_cache: KVCache | None = None,
         memory: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """x: [B, T, input_dim] -> [B, T, embed_dim] (and attention [B, H, T, T_keys] if asked).
 
         `causal=True` adds the causal mask (position t attends to positions <= t). `kv_cache` prepends
-        the cached keys/values of earlier positions. With `memory` [B, T_keys, input_dim] this is
-        cross-attention: keys and values come from `memory`, and a `kv_cache` holds them once computed
-        (they do not change while a decoder generates). The attention weights are computed explicitly
-        when they are asked for (`return_attention`, the course tutorial's way) or `hook_pattern` is
-        hooked; otherwise the fused kernel runs.
+        the cached keys/values of earlier positions. `rotary`: the (cos, sin) tables of x's positions
+        [B, T, rotary_dim] (self-attention with rotary positions). With `memory` [B, T_keys, input_dim]
+        this is cross-attention: keys and values come from `memory`, and a `kv_cache` holds them once
+        computed (they do not change while a decoder generates). The attention weights are computed
+        explicitly when they are asked for (`return_attention`, the course tutorial's way) or
+        `hook_pattern` is hooked; otherwise the fused kernel runs.
         """
+        q_size, kv_size = self.embed_dim, self.kv_dim
         if memory is None:
             # Split [q | k | v] along features, then heads: views whose backward is one concatenation.
-            q, k, v = self.qkv_proj(x).split(self.embed_dim, dim=-1)
-            q, k, v = self._heads(q, self.hook_q), self._heads(k, self.hook_k), self._heads(v, self.hook_v)
+            q, k, v = self.qkv_proj(x).split((q_size, kv_size, kv_size), dim=-1)
+            q = self._heads(q, self.hook_q, self.num_heads)
+            k = self._heads(k, self.hook_k, self.num_kv_heads)
+            v = self._heads(v, self.hook_v, self.num_kv_heads).transpose(1, 2)
+            q, k = self._positioned(q, k, rotary)
             if kv_cache is not None:
                 k, v = kv_cache.update(k, v)
         else:
             weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
-            split = self.embed_dim
-            q = self._heads(F.linear(x, weight[:split], None if bias is None else bias[:split]), self.hook_q)
+            q = F.linear(x, weight[:q_size], None if bias is None else bias[:q_size])
+            q = self._heads(q, self.hook_q, self.num_heads).transpose(1, 2)
             if kv_cache is not None and kv_cache.length > 0:
                 k, v = kv_cache.keys_values()
             else:
-                kv = F.linear(memory, weight[split:], None if bias is None else bias[split:])
-                k, v = kv.split(self.embed_dim, dim=-1)
-                k, v = self._heads(k, self.hook_k), self._heads(v, self.hook_v)
+                kv = F.linear(memory, weight[q_size:], None if bias is None else bias[q_size:])
+                k, v = kv.split(kv_size, dim=-1)
+                k = self._heads(k, self.hook_k, self.num_kv_heads).transpose(1, 2)
+                v = self._heads(v, self.hook_v, self.num_kv_heads).transpose(1, 2)
                 if kv_cache is not None:
                     k, v = kv_cache.update(k, v)
         return self._attend(q, k, v, mask, causal, return_attention)
 
     def forward_per_head(
-        self, q_in: Tensor, k_in: Tensor, v_in: Tensor, mask: Tensor | None = None, causal: bool = False
+        self,
+        q_in: Tensor,
+        k_in: Tensor,
+        v_in: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        rotary: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """The same attention with a separate input per head (TransformerLens's split q/k/v inputs):
-        q_in [B, T, H, input_dim], k_in and v_in [B, T_keys, H, input_dim] (x, or the encoder's output
-        for cross-attention, one copy per head, after the block's norm). q_h = q_in[:, :, h] W^Q_h + b^Q_h,
-        and likewise k_h and v_h: equal to `forward` when every copy is the same."""
-        weight = self.qkv_proj.weight.view(3, self.num_heads, self.head_dim, -1)
-        bias = self.qkv_proj.bias
-        bias = bias.view(3, self.num_heads, self.head_dim) if bias is not None else [None] * 3
+        q_in [B, T, H, input_dim], k_in and v_in [B, T_keys, KV, input_dim] (one per key-value head: x, or
+        the encoder's output for cross-attention, after the block's norm). q_h = q_in[:, :, h] W^Q_h +
+        b^Q_h, and likewise k_g and v_g: equal to `forward` when every copy is the same."""
+        sizes = (self.num_heads, self.num_kv_heads, self.num_kv_heads)
+        weights = self.qkv_proj.weight.split([n * self.head_dim for n in sizes])
+        biases = self.qkv_proj.bias
+        biases = [None] * 3 if biases is None else biases.split([n * self.head_dim for n in sizes])
 
         def project(x: Tensor, i: int) -> Tensor:
+            weight = weights[i].view(sizes[i], self.head_dim, -1)
+            bias = None if biases[i] is None else biases[i].view(sizes[i], self.head_dim)
             if same_copies(x):  # one input for every head: one matrix product, as in `forward`
-                flat = None if bias[i] is None else bias[i].flatten()
-                return F.linear(x[:, :, 0], weight[i].flatten(0, 1), flat).unflatten(-1, weight.shape[1:3])
-            y = torch.einsum("bthd,hed->bthe", x, weight[i])
-            return y if bias[i] is None else y + bias[i]
+                flat = None if bias is None else bias.flatten()
+                return F.linear(x[:, :, 0], weight.flatten(0, 1), flat).unflatten(-1, weight.shape[:2])
+            y = torch.einsum("bthd,hed->bthe", x, weight)
+            return y if bias is None else y + bias
 
-        q, k, v = (
-            hook(project(x, i)).transpose(1, 2) for i, (x, hook) in enumerate(self._inputs(q_in, k_in, v_in))
-        )
+        q, k = self.hook_q(project(q_in, 0)), self.hook_k(project(k_in, 1))
+        v = self.hook_v(project(v_in, 2)).transpose(1, 2)
+        q, k = self._positioned(q, k, rotary)
         return self._attend(q, k, v, mask, causal, False)
-
-    def _inputs(self, q_in: Tensor, k_in: Tensor, v_in: Tensor) -> list[tuple[Tensor, HookPoint]]:
-        return [(q_in, self.hook_q), (k_in, self.hook_k), (v_in, self.hook_v)]
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, return_attention: bool
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """softmax(q k^T / sqrt(d_head)) v per head ([B, H, T, d_head] each), then W^O."""
+        """softmax(q k^T / sqrt(d_head)) v per head (q [B, H, T, d_head], k and v [B, KV, T_keys, d_head]),
+        then W^O."""
         batch, _, seq_len, _ = q.shape
         num_keys = k.size(2)
         device = q.device
         explicit = return_attention or self.hook_pattern.is_hooked
         scale = None if self.scale else 1.0  # the fused kernel's default is 1 / sqrt(d_head)
+        local = None if self.window is None else window_mask(seq_len, num_keys, self.window, causal, device)
 
         # The fused kernel needs no mask tensor for plain causal attention: `is_causal` covers Tq == Tk,
         # and a single query (decoding with a KV cache) is the newest position, which sees every key.
-        implicit_causal = causal and mask is None and not explicit and seq_len in (1, num_keys)
+        implicit_causal = (
+            causal and mask is None and local is None and not explicit and seq_len in (1, num_keys)
+        )
         if causal and not implicit_causal:
             causal_part = causal_mask(seq_len, num_keys, device=device)
             mask = causal_part if mask is None else expand_mask(mask).bool() & causal_part
+        if local is not None:
+            mask = local if mask is None else expand_mask(mask).bool() & local
 
         attention = None
         if explicit:
+            if self.group > 1:  # each key-value head serves its group of query heads
+                k, v = k.repeat_interleave(self.group, dim=1), v.repeat_interleave(self.group, dim=1)
             attention = self.hook_pattern(attention_pattern(q, k, mask, self.scale))
             values = torch.matmul(attention, v)
-        elif implicit_causal:
-            values = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1, scale=scale)
-        elif mask is None:
-            values = F.scaled_dot_product_attention(q, k, v, scale=scale)
         else:
-            values = F.scaled_dot_product_attention(q, k, v, attn_mask=expand_mask(mask).bool(), scale=scale)
+            gqa = {"enable_gqa": True} if self.group > 1 else {}
+            if implicit_causal:
+                values = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1, scale=scale, **gqa)
+            elif mask is None:
+                values = F.scaled_dot_product_attention(q, k, v, scale=scale, **gqa)
+            else:
+                masked = expand_mask(mask).bool()
+                values = F.scaled_dot_product_attention(q, k, v, attn_mask=masked, scale=scale, **gqa)
 
         z = self.hook_z(values.transpose(1, 2))  # [B, T, H, d_head]
         if self.per_head and self.hook_result.is_hooked:  # each head's share of the output, then the sum

@@ -23,8 +23,12 @@ LIMITS = {
     "dim_feedforward": 1 << 17,
     "max_len": 1 << 20,
 }
-POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "none")
-ACTIVATIONS = ("relu", "gelu", "gelu_new")  # gelu_new: GPT-2's tanh approximation (blocks.GELUNew)
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "none", "rotary")
+# gelu_new: GPT-2's tanh approximation (blocks.GELUNew); swiglu, geglu: the gated MLPs (blocks.GatedMLP)
+ACTIVATIONS = ("relu", "gelu", "gelu_new", "swiglu", "geglu")
+GATED = ("swiglu", "geglu")
+NORMS = ("layer", "rms")
+BIASES = ("qkv_bias", "out_bias", "mlp_bias", "norm_bias", "unembed_bias")  # each: null = as `bias`
 
 
 class UnknownSetting(ValueError):
@@ -46,7 +50,23 @@ class ModelConfig:
     dim_feedforward: the MLP's hidden size (default `mlp_ratio * model_dim`).
     max_len: positions the model can read (the positional encoding's length; a decoder's context).
     norm_first: pre-norm blocks (GPT-2) instead of post-norm (the original Transformer).
-    bias: additive biases in every Linear and LayerNorm (false: nanoGPT's bias-free model).
+    bias: additive biases in every Linear and LayerNorm (false: nanoGPT's bias-free model); per part,
+    where a family needs it: qkv_bias (W^Q, W^K, W^V: Qwen2 has them and Llama not), out_bias (W^O),
+    mlp_bias, norm_bias (LayerNorm's beta), unembed_bias (the output layer), each null to follow `bias`.
+    norm: `layer` (LayerNorm) or `rms` (RMSNorm: x / sqrt(mean(x^2) + eps) * g, no mean, no bias; Llama),
+    with norm_eps, the epsilon of every norm.
+    activation: relu, gelu, gelu_new, or a gated MLP (gate, up and down projections): swiglu
+    (SiLU(x W_gate) * x W_up, Llama) or geglu (GELU(x W_gate) * x W_up); dim_feedforward is the width of
+    the gate and of the up projection.
+    positional_encoding: sinusoidal, learned, none, or rotary (RoPE, Su et al.: each query and key of a
+    head rotated by its position, nothing added to the stream), on the first rotary_fraction of each
+    head's dimensions (Pythia: 0.25) at frequencies rotary_base^(-2i / rotary_dim).
+    num_kv_heads: key-value heads, each shared by num_heads / num_kv_heads query heads (grouped-query
+    attention; 1: multi-query attention); null: one per query head.
+    parallel_residual: attention and MLP read the same stream, x + Attn(LN1(x)) + MLP(LN2(x)) (GPT-NeoX,
+    GPT-J; pre-norm decoders and encoders).
+    attention_window: each query sees only the keys fewer than this many positions away (GPT-Neo's local
+    attention), in the self-attention of window_layers (null: every layer); null: no window.
     output_mlp: the course tutorial's Linear-LayerNorm-ReLU-Linear classifier instead of one Linear.
     tie_embeddings: one matrix for the token embedding and the output layer (Press & Wolf, 2017).
     scale_attention: divide attention scores by sqrt(d_head) (false only to see why it is there).
@@ -77,6 +97,19 @@ class ModelConfig:
     tie_embeddings: bool = False
     scale_attention: bool = True
     mlp: bool = True
+    norm: str = "layer"
+    norm_eps: float = 1e-5
+    rotary_fraction: float = 1.0
+    rotary_base: float = 10000.0
+    num_kv_heads: int | None = None
+    parallel_residual: bool = False
+    attention_window: int | None = None
+    window_layers: list[int] | None = None
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    mlp_bias: bool | None = None
+    norm_bias: bool | None = None
+    unembed_bias: bool | None = None
 
     @classmethod
     def from_dict(cls, values: Mapping) -> ModelConfig:
@@ -100,6 +133,37 @@ class ModelConfig:
     @property
     def feedforward_dim(self) -> int:
         return self.dim_feedforward or self.mlp_ratio * self.model_dim
+
+    @property
+    def head_dim(self) -> int:
+        return self.model_dim // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key-value heads: num_kv_heads, or one per query head."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """The dimensions of each head that rotary positions rotate (0: no rotary positions)."""
+        if self.positional_encoding != "rotary":
+            return 0
+        return int(self.head_dim * self.rotary_fraction)
+
+    def has_bias(self, part: str) -> bool:
+        """Whether `part` (qkv, out, mlp, norm, unembed) has additive biases: its own setting, or `bias`."""
+        own = getattr(self, f"{part}_bias")
+        if part == "norm" and self.norm == "rms":
+            return False  # RMSNorm has no bias
+        return self.bias if own is None else own
+
+    def windowed(self, layer: int) -> int | None:
+        """The attention window of self-attention layer `layer` (None: it sees every key)."""
+        if self.attention_window is None or (
+            self.window_layers is not None and layer not in self.window_layers
+        ):
+            return None
+        return self.attention_window
 
     @property
     def output_classes(self) -> int:
@@ -156,15 +220,98 @@ class ModelConfig:
             _require(isinstance(value, bool), f"model.{key}={value!r} must be true or false")
         _require(
             self.activation in ACTIVATIONS,
-            f"model.activation={self.activation!r}: use relu or gelu (or gelu_new, GPT-2's tanh form)",
+            f"model.activation={self.activation!r}: use relu or gelu (or gelu_new, GPT-2's tanh form), or "
+            "a gated MLP: swiglu or geglu",
         )
         _require(
             self.positional_encoding in POSITIONAL_ENCODINGS,
-            f"model.positional_encoding={self.positional_encoding!r}: use sinusoidal, learned or none",
+            f"model.positional_encoding={self.positional_encoding!r}: use sinusoidal, learned, none or "
+            "rotary",
         )
         _require(
             not self.tie_embeddings or self.output_classes == self.vocab_size,
             "model.tie_embeddings=true needs as many output classes as input tokens",
+        )
+        self._check_modern_blocks()
+
+    def _check_modern_blocks(self) -> None:
+        """The settings of the blocks of Llama, GPT-NeoX and GPT-Neo: norm, rotary, grouped-query attention,
+        parallel residual, attention windows, biases per part."""
+        _require(self.norm in NORMS, f"model.norm={self.norm!r}: use layer (LayerNorm) or rms (RMSNorm)")
+        _require(
+            _is_number(self.norm_eps) and 0 < self.norm_eps < 1,
+            f"model.norm_eps={self.norm_eps!r} must be a small positive number (1e-5: LayerNorm's default)",
+        )
+        _require(
+            _is_number(self.rotary_fraction) and 0 < self.rotary_fraction <= 1,
+            f"model.rotary_fraction={self.rotary_fraction!r} must be in (0, 1] (the share of each head's "
+            "dimensions rotary positions rotate; Pythia's is 0.25)",
+        )
+        _require(
+            _is_number(self.rotary_base) and self.rotary_base > 1,
+            f"model.rotary_base={self.rotary_base!r} must be a number > 1 (10000: RoPE's)",
+        )
+        if self.positional_encoding == "rotary":
+            rotated = self.rotary_dim
+            _require(
+                rotated >= 2 and rotated % 2 == 0,
+                f"model.rotary_fraction={self.rotary_fraction} of a head of {self.head_dim} dimensions "
+                f"rotates {rotated}; rotary positions rotate pairs of dimensions: choose model_dim, "
+                "num_heads and rotary_fraction so that head_dim x rotary_fraction is an even number >= 2",
+            )
+        kv = self.num_kv_heads
+        _require(
+            kv is None or (_is_int(kv) and 0 < kv <= self.num_heads and self.num_heads % kv == 0),
+            f"model.num_kv_heads={kv!r} must divide model.num_heads={self.num_heads} (each key-value head "
+            "serves num_heads / num_kv_heads query heads; 1: multi-query attention; null: one per head)",
+        )
+        for key in ("parallel_residual",):
+            _require(
+                isinstance(getattr(self, key), bool),
+                f"model.{key}={getattr(self, key)!r} must be true or false",
+            )
+        if self.parallel_residual:
+            _require(
+                self.norm_first,
+                "model.parallel_residual=true needs pre-norm blocks (model.norm_first=true): "
+                "x + Attn(LN1(x)) + MLP(LN2(x)) reads the stream before either sub-layer",
+            )
+            _require(
+                self.arch != "encoder_decoder",
+                "model.parallel_residual=true is for blocks of one attention sub-layer (arch=decoder or "
+                "encoder); the encoder-decoder's decoder blocks have cross-attention between the two",
+            )
+        window, layers = self.attention_window, self.window_layers
+        _require(
+            window is None or (_is_int(window) and 0 < window <= LIMITS["max_len"]),
+            f"model.attention_window={window!r} must be a positive integer (the positions a query sees) "
+            "or null",
+        )
+        _require(
+            layers is None
+            or (
+                isinstance(layers, list | tuple)
+                and all(_is_int(i) and 0 <= i < self.num_layers for i in layers)
+                and len(set(layers)) == len(layers)
+            ),
+            f"model.window_layers={layers!r} must list distinct layers 0 .. {self.num_layers - 1} "
+            "(null: every layer)",
+        )
+        _require(
+            layers is None or window is not None,
+            "model.window_layers is set but model.attention_window is null; set the window, e.g. "
+            "model.attention_window=256",
+        )
+        if layers is not None:
+            self.window_layers = sorted(int(i) for i in layers)
+        for key in BIASES:
+            value = getattr(self, key)
+            _require(
+                value is None or isinstance(value, bool), f"model.{key}={value!r} must be true, false or null"
+            )
+        _require(
+            not (self.norm == "rms" and self.norm_bias),
+            "model.norm_bias=true with model.norm=rms: RMSNorm has no bias; use norm=layer or norm_bias=null",
         )
 
     def architecture(self) -> dict:
@@ -179,6 +326,10 @@ class ModelConfig:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value  # not NaN
 
 
 def _require(condition: bool, message: str) -> None:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab.nn.attention import KVCache
-from transformer_lab.nn.blocks import DecoderBlock, EncoderBlock, make_dropout
+from transformer_lab.nn.blocks import DecoderBlock, EncoderBlock, make_dropout, make_norm
 from transformer_lab.nn.config import ModelConfig
 from transformer_lab.nn.hooks import HookedModule, HookPoint, evaluating
 from transformer_lab.nn.positional import make_positional_encoding
@@ -37,12 +37,13 @@ from transformer_lab.nn.sampling import check_sampling_args, sample_next_token
 
 
 class FinalNorm(nn.Module):
-    """The LayerNorm after the last block of a pre-norm stack. Post-norm blocks end in a LayerNorm of
-    their own, so there it is the identity. Hook point `hook_normalized`: the stream the unembedding reads."""
+    """The norm (LayerNorm or RMSNorm) after the last block of a pre-norm stack. Post-norm blocks end in a
+    norm of their own, so there it is the identity. Hook point `hook_normalized`: the stream the
+    unembedding reads."""
 
-    def __init__(self, dim: int, enabled: bool, bias: bool = True):
+    def __init__(self, dim: int, enabled: bool, bias: bool = True, kind: str = "layer", eps: float = 1e-5):
         super().__init__()
-        self.norm = nn.LayerNorm(dim, bias=bias) if enabled else nn.Identity()
+        self.norm = make_norm(kind, dim, eps, bias) if enabled else nn.Identity()
         self.hook_normalized = HookPoint()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -50,9 +51,10 @@ class FinalNorm(nn.Module):
 
 
 def make_unembedding(config: ModelConfig) -> nn.Module:
-    """The output layer: one Linear to the classes, or the tutorial's Linear-LayerNorm-ReLU-Linear."""
+    """The output layer: one Linear to the classes (its bias: `unembed_bias`), or the tutorial's
+    Linear-LayerNorm-ReLU-Linear."""
     dim, bias = config.model_dim, config.bias
-    head = nn.Linear(dim, config.output_classes, bias=bias)
+    head = nn.Linear(dim, config.output_classes, bias=config.has_bias("unembed"))
     if not config.output_mlp:
         return head
     return nn.Sequential(
@@ -281,15 +283,19 @@ class TokenModel(HookedModule):
 class Cache:
     """What a stack remembers between generation steps: each block's self-attention keys and values
     (and its cross-attention's, computed once from the encoder's output); with padding, which cached
-    positions are real tokens and how many real tokens each row has read (its next position)."""
+    positions are real tokens and how many real tokens each row has read (its next position). Room for
+    `capacity` positions (default: the model's max_len; generation asks only for what it will write, so a
+    model of a long context does not allocate it all)."""
 
-    def __init__(self, stack: "TransformerStack", batch: int, memory_len: int = 0):
+    def __init__(
+        self, stack: "TransformerStack", batch: int, memory_len: int = 0, capacity: int | None = None
+    ):
         attn, like = stack.blocks[0].attn, stack.embed.weight
 
         def kv_cache(length: int) -> KVCache:
-            return KVCache(batch, attn.num_heads, length, attn.head_dim, like)
+            return KVCache(batch, attn.num_kv_heads, length, attn.head_dim, like)
 
-        self.blocks = [kv_cache(stack.max_len) for _ in stack.blocks]
+        self.blocks = [kv_cache(capacity or stack.max_len) for _ in stack.blocks]
         self.memory = [kv_cache(memory_len) for _ in stack.blocks] if memory_len else None
         self.real = torch.zeros(batch, 0, dtype=torch.bool, device=like.device)
         self.count = torch.zeros(batch, dtype=torch.long, device=like.device)
@@ -313,7 +319,8 @@ class TransformerStack(TokenModel):
 
     Encoder blocks, causal or not; or, with `cross_attention`, decoder blocks that also read an
     encoder's output (`memory`). Hook points: `hook_embed` (E[token], [B, T, D]), `hook_pos_embed`
-    (P[position], [B, T, D]), every block's (`blocks.{i}.…`), `ln_final.hook_normalized`.
+    (P[position], [B, T, D]; zeros with rotary positions, which the self-attention applies: the stack
+    computes their angles once per pass), every block's (`blocks.{i}.…`), `ln_final.hook_normalized`.
     """
 
     def __init__(self, config: ModelConfig, causal: bool = False, cross_attention: bool = False):
@@ -325,7 +332,9 @@ class TransformerStack(TokenModel):
         self.embed = nn.Embedding(config.vocab_size, dim)
         self.hook_embed = HookPoint()
         self.input_dropout = make_dropout(config.input_dropout)
-        self.pos_embed = make_positional_encoding(config.positional_encoding, dim, config.max_len)
+        self.pos_embed = make_positional_encoding(
+            config.positional_encoding, dim, config.max_len, config.rotary_dim, config.rotary_base
+        )
         self.hook_pos_embed = HookPoint()
         block = DecoderBlock if cross_attention else EncoderBlock
         self.blocks = nn.ModuleList(
@@ -339,10 +348,22 @@ class TransformerStack(TokenModel):
                 bias=config.bias,
                 scale_attention=config.scale_attention,
                 mlp=config.mlp,
+                norm=config.norm,
+                norm_eps=config.norm_eps,
+                num_kv_heads=config.num_kv_heads,
+                rotary=config.positional_encoding == "rotary",
+                window=config.windowed(i),
+                parallel_residual=config.parallel_residual,
+                qkv_bias=config.qkv_bias,
+                out_bias=config.out_bias,
+                mlp_bias=config.mlp_bias,
+                norm_bias=config.has_bias("norm"),
             )
-            for _ in range(config.num_layers)
+            for i in range(config.num_layers)
         )
-        self.ln_final = FinalNorm(dim, enabled=config.norm_first, bias=config.bias)
+        self.ln_final = FinalNorm(
+            dim, config.norm_first, config.has_bias("norm"), config.norm, config.norm_eps
+        )
 
     def padding_mask(self, tokens: Tensor) -> Tensor | None:
         """[B, 1, 1, T], False at padding keys (every query ignores them); None without a pad_id."""
@@ -368,13 +389,21 @@ class TransformerStack(TokenModel):
                 "shorten the input"
             )
         token_embed = self.hook_embed(self.embed(tokens))
+        rotary = None
         if self.config.pad_id is None:
             positions = self.pos_embed.encoding(seq_len, offset).expand(batch, -1, -1)
             mask = None
+            if self.config.positional_encoding == "rotary":
+                rotary = self.pos_embed.angles(
+                    torch.arange(offset, offset + seq_len, device=tokens.device)[None]
+                )
         else:  # position = real tokens before this one; padding is hidden from every query
             real = tokens != self.config.pad_id
             count = real.cumsum(1) if cache is None else real.cumsum(1) + cache.count[:, None]
-            positions = self.pos_embed.lookup((count - 1).clamp(min=0))
+            position_ids = (count - 1).clamp(min=0)
+            positions = self.pos_embed.lookup(position_ids)
+            if self.config.positional_encoding == "rotary":
+                rotary = self.pos_embed.angles(position_ids)
             if cache is not None:
                 real = torch.cat([cache.real, real], dim=1)
                 cache.real, cache.count = real, count[:, -1]
@@ -383,10 +412,10 @@ class TransformerStack(TokenModel):
         for i, block in enumerate(self.blocks):
             kv_cache = None if cache is None else cache.blocks[i]
             if memory is None:
-                x = block(x, mask, self.causal, kv_cache)
+                x = block(x, mask, self.causal, kv_cache, rotary)
             else:
                 memory_cache = None if cache is None or cache.memory is None else cache.memory[i]
-                x = block(x, memory, mask, memory_mask, kv_cache, memory_cache)
+                x = block(x, memory, mask, memory_mask, kv_cache, memory_cache, rotary)
         return self.ln_final(x)
 
     def forward(self, tokens: Tensor, cache: Cache | None = None) -> Tensor:
@@ -572,15 +601,15 @@ class DecoderLM(TransformerStack):
         with evaluating(self, autograd="inference"):
             out = torch.empty(batch, length + max_new_tokens, dtype=tokens.dtype, device=tokens.device)
             out[:, :length] = tokens  # written in place: no copy of the whole sequence per token
-            for _ in range(max_new_tokens):
+            for written in range(max_new_tokens):
                 if pad is not None and length > block:
                     break  # padded rows cannot slide their positions: the context is full
                 if not use_cache:
                     logits = self(out[:, max(0, length - block) : length])
                 elif cache is None or cache.length == block:
-                    window = block if cache is None else max(1, block // 2)
-                    cache = Cache(self, batch)
-                    logits = self(out[:, max(0, length - window) : length], cache)
+                    window = min(length, block if cache is None else max(1, block // 2))
+                    cache = Cache(self, batch, capacity=min(block, window + max_new_tokens - written))
+                    logits = self(out[:, length - window : length], cache)
                 else:
                     logits = self(out[:, length - 1 : length], cache)
                 next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)

@@ -1,4 +1,5 @@
-"""Positional encodings: attention is permutation-equivariant, so order must be added to the input."""
+"""Positional encodings: attention is permutation-equivariant, so order must be added to the input (or,
+with rotary positions, put into the queries and keys)."""
 
 import math
 
@@ -92,12 +93,58 @@ class NoPositionalEncoding(nn.Module):
         return x
 
 
-def make_positional_encoding(kind: str, d_model: int, max_len: int) -> nn.Module:
-    """`sinusoidal` | `learned` | `none`."""
+class RotaryPositionalEncoding(NoPositionalEncoding):
+    """Rotary positions (RoPE; Su et al., 2021): nothing is added to the stream (its `encoding` is zeros,
+    so `hook_pos_embed` holds zeros); instead attention rotates each query and key by its position.
+
+    The first `rotary_dim` dimensions of a head are split into two halves x1, x2 (GPT-NeoX's and Llama's
+    layout), and pair i = (x1_i, x2_i) is turned by the angle pos * theta_i, with
+    theta_i = base^(-2i / rotary_dim):
+
+        rot(x) = x * cos(pos theta) + rotate_half(x) * sin(pos theta),   rotate_half(x) = (-x2, x1)
+
+    (the cos and sin tables repeat theta over both halves). Then q_m . k_n depends on the positions only
+    through m - n: attention sees relative offsets. The rest of the head (Pythia rotates a quarter) passes
+    unchanged. `angles(positions)` gives (cos, sin) [B, T, rotary_dim] for any positions [B, T] (absolute,
+    or counting real tokens with padding), computed in float32 as `transformers` computes them.
+    """
+
+    def __init__(self, d_model: int, rotary_dim: int, base: float):
+        super().__init__(d_model)
+        self.rotary_dim = rotary_dim
+        inverse = 1.0 / (base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim))
+        self.register_buffer("inv_freq", inverse, persistent=False)  # theta_i: a function of the config
+
+    def angles(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin of pos * theta for positions [B, T]: each [B, T, rotary_dim]."""
+        freqs = positions[..., None].float() * self.inv_freq
+        angle = torch.cat((freqs, freqs), dim=-1)
+        return angle.cos(), angle.sin()
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [B, T, H, d] with its first cos.size(-1) dimensions rotated (cos, sin [B, T, rotary_dim]):
+    x * cos + rotate_half(x) * sin on them, the rest unchanged (see RotaryPositionalEncoding)."""
+    width = cos.size(-1)
+    cos, sin = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)
+    turned, kept = x[..., :width], x[..., width:]
+    first, second = turned.chunk(2, dim=-1)
+    turned = turned * cos + torch.cat((-second, first), dim=-1) * sin
+    return turned if kept.size(-1) == 0 else torch.cat((turned, kept), dim=-1)
+
+
+def make_positional_encoding(
+    kind: str, d_model: int, max_len: int, rotary_dim: int = 0, rotary_base: float = 10000.0
+) -> nn.Module:
+    """`sinusoidal` | `learned` | `none` | `rotary` (of `rotary_dim` dimensions per head)."""
     if kind == "sinusoidal":
         return PositionalEncoding(d_model, max_len)
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_len)
     if kind == "none":
         return NoPositionalEncoding(d_model)
-    raise ValueError(f"model.positional_encoding={kind!r} is unknown; use sinusoidal, learned or none")
+    if kind == "rotary":
+        return RotaryPositionalEncoding(d_model, rotary_dim, rotary_base)
+    raise ValueError(
+        f"model.positional_encoding={kind!r} is unknown; use sinusoidal, learned, none or rotary"
+    )

@@ -65,7 +65,13 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
         require(
             not pretrained.is_pretrained(str(ckpt_path)),
             f"ckpt_path={ckpt_path} is a ready-made model: it holds weights but no optimizer state, so no "
-            "run can resume from it; train your own run (python train.py ...) and resume that",
+            "run can resume from it; to train it further, start a run from its weights: "
+            f"init_from={ckpt_path}",
+        )
+        require(
+            not str(ckpt_path).startswith("hf:"),
+            f"ckpt_path={ckpt_path} resumes a run of this project, and a model saved by transformers is "
+            f"none; to train it further, start a run from its weights: init_from={ckpt_path}",
         )
         require(
             Path(ckpt_path).is_file(),

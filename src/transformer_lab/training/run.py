@@ -149,6 +149,7 @@ def use_threads(cfg: DictConfig) -> str:
 
 def train(cfg: DictConfig) -> dict:
     """Fit, test the best checkpoint, write metrics.json in the run directory, and return the metrics."""
+    from transformer_lab.training import init_from
     from transformer_lab.training.config_checks import check_targets, check_types
     from transformer_lab.training.predictor import build_predictor
     from transformer_lab.training.resume import check_resumable, resume_checkpoint
@@ -159,6 +160,7 @@ def train(cfg: DictConfig) -> dict:
     check_targets(cfg)
     check_types(cfg)
     ckpt_path = resume_checkpoint(cfg)
+    initial = init_from.initial_checkpoint(cfg)
     if cfg.get("seed") is not None:
         L.seed_everything(cfg.seed, workers=True, verbose=False)
 
@@ -168,7 +170,12 @@ def train(cfg: DictConfig) -> dict:
         f"data._target_={cfg.data.get('_target_')} is not a task (a transformer_lab.data.TaskDataModule)",
     )
     settings = OmegaConf.to_container(cfg.model, resolve=True)
+    if initial is not None:
+        settings = init_from.adopt(initial, task, settings)
     model = build_predictor(settings, task)
+    if initial is not None:
+        init_from.load_weights(model, initial, str(cfg.init_from))
+        del initial
     threads = use_threads(cfg)
     require_step_memory(model, task)
     trainer = build_trainer(cfg)

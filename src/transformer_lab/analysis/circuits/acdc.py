@@ -56,7 +56,7 @@ def score(setup: Setup, options: Options) -> Scores:
         by_reader.setdefault(r, []).append(e)
     for r in reversed(range(len(g.readers))):
         reader = g.readers[r]
-        if reader.node not in alive:  # nothing kept reads this node: its inputs do not matter
+        if alive.isdisjoint(reader.nodes):  # nothing kept reads these nodes: their inputs do not matter
             for e in by_reader[r]:
                 mask[0, e] = 1.0
             continue

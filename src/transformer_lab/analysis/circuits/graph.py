@@ -10,7 +10,10 @@ is a sum over edges:
     input_d = sum over upstream nodes u of out_u  (+ constants)        edges u -> d
 
 with a head's query, key and value inputs as separate targets (`....head.{h}.q`, `.k`, `.v`: the model's
-per-head hook points `hook_q_input` etc., see `HookedModule.per_head_hooks`). A post-norm block,
+per-head hook points `hook_q_input` etc., see `HookedModule.per_head_hooks`). With grouped-query
+attention the keys and values are read once per key-value head (`....kv_head.{g}.k`, `.v`), for the
+group of query heads it serves. In a parallel block (GPT-NeoX) the MLP reads the block's input, as its
+heads do, not what they write. A post-norm block,
 LN(x + f(x)), is no such sum, so post-norm models get node-level circuits: the units scored are the
 embeddings, the heads and the MLPs, each patched as a whole.
 
@@ -58,6 +61,12 @@ class Reader:
     head: int | None
     stack: str
     sources: tuple[int, int]
+    group: tuple[int, ...] = ()  # every node reading it where several do (a key-value head's query heads)
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """The nodes reading this input: `group`, or `node` alone."""
+        return self.group or (self.node,)
 
 
 @dataclass
@@ -105,6 +114,50 @@ def _label(prefix: str, kind: str, block: int | None = None, head: int | None = 
     return short if not prefix else f"{letter}-{short}"
 
 
+def _read_heads(
+    read: object,
+    nodes: list[Node],
+    heads: list[int],
+    kv_heads: int,
+    module: str,
+    hooks: str,
+    prefix: str,
+    cross: bool,
+) -> None:
+    """The inputs a layer's heads read: each head's queries (`hooks` + `q_input`, from its stack), keys
+    and values (from the encoder's output in cross-attention): one per head, or with grouped-query
+    attention one per key-value head, read by its group of query heads (`{module}.kv_head.{g}.k`)."""
+    source = "encoder." if cross else prefix
+    if kv_heads == len(heads):
+        for h, node in enumerate(heads):
+            for part in "qkv":
+                shared = cross and part != "q"
+                read(
+                    f"{nodes[node].name}.{part}",
+                    node,
+                    f"{hooks}{part}_input",
+                    h,
+                    source if shared else prefix,
+                    shared,
+                )
+        return
+    group = len(heads) // kv_heads
+    for h, node in enumerate(heads):
+        read(f"{nodes[node].name}.q", node, f"{hooks}q_input", h, prefix)
+    for g in range(kv_heads):
+        served = tuple(heads[g * group : (g + 1) * group])
+        for part in "kv":
+            read(
+                f"{module}.kv_head.{g}.{part}",
+                served[0],
+                f"{hooks}{part}_input",
+                g,
+                source,
+                cross,
+                group=served,
+            )
+
+
 def is_pre_norm(model: TokenModel) -> bool:
     """Whether the residual stream is a sum of the component outputs (edges are defined)."""
     return bool(model.config.norm_first)
@@ -134,11 +187,21 @@ def graph(model: TokenModel, level: str | None = None) -> Graph:
         nodes.append(node)
         return len(nodes) - 1
 
-    def read(name: str, node: int, hook: str, head: int | None, stack: str, cross: bool = False) -> None:
-        """An input of `node` summing the outputs written so far in `stack` (cross: the encoder's output,
-        the last thing the encoder writes)."""
-        count = len(writers[stack])
-        readers.append(Reader(name, node, hook, head, stack, (count - 1, count) if cross else (0, count)))
+    def read(
+        name: str,
+        node: int,
+        hook: str,
+        head: int | None,
+        stack: str,
+        cross: bool = False,
+        count: int | None = None,
+        group: tuple[int, ...] = (),
+    ) -> None:
+        """An input of `node` (and of `group`) summing the first `count` outputs written in `stack` (all
+        so far by default; cross: the encoder's output, the last thing the encoder writes)."""
+        count = len(writers[stack]) if count is None else count
+        sources = (count - 1, count) if cross else (0, count)
+        readers.append(Reader(name, node, hook, head, stack, sources, group))
 
     for prefix, stack in stacks.items():
         row = 0  # each stack's inputs at the bottom of its own column
@@ -148,33 +211,35 @@ def graph(model: TokenModel, level: str | None = None) -> Graph:
         mine.append(add(pos))
         for i, block in enumerate(stack.blocks):
             name = f"{prefix}blocks.{i}"
+            block_input = len(mine)  # what a parallel block's MLP reads: the stream before its heads
             parts = [("attn", "")] + ([("cross_attn", "cross_")] if hasattr(block, "cross_attn") else [])
             for module, hook_prefix in parts:
                 row += 1
                 kind = "cross" if module == "cross_attn" else "attn"
                 output = f"{name}.{module}.hook_{'result' if edges else 'z'}"
+                attn = getattr(block, module)
                 heads = [
                     add(Node(f"{name}.{module}.head.{h}", _label(prefix, kind, i, h), prefix, row, output, h))
-                    for h in range(getattr(block, module).num_heads)
+                    for h in range(attn.num_heads)
                 ]
-                for h, node in enumerate(heads if edges else []):
-                    for part in "qkv":
-                        cross = kind == "cross" and part != "q"
-                        hook = f"{name}.hook_{hook_prefix}{part}_input"
-                        read(
-                            f"{nodes[node].name}.{part}",
-                            node,
-                            hook,
-                            h,
-                            "encoder." if cross else prefix,
-                            cross,
-                        )
+                if edges:
+                    _read_heads(
+                        read,
+                        nodes,
+                        heads,
+                        getattr(attn, "num_kv_heads", attn.num_heads),  # grouped-query attention
+                        f"{name}.{module}",
+                        f"{name}.hook_{hook_prefix}",
+                        prefix,
+                        kind == "cross",
+                    )
                 mine.extend(heads)
             if hasattr(block, "mlp"):
                 row += 1
                 mlp = add(Node(f"{name}.mlp", _label(prefix, "mlp", i), prefix, row, f"{name}.hook_mlp_out"))
                 if edges:
-                    read(nodes[mlp].name, mlp, f"{name}.hook_mlp_in", None, prefix)
+                    count = block_input if getattr(block, "parallel_residual", False) else None
+                    read(nodes[mlp].name, mlp, f"{name}.hook_mlp_in", None, prefix, count=count)
                 mine.append(mlp)
         last = f"{prefix}blocks.{len(stack.blocks) - 1}.hook_resid_post"  # the stream the final norm reads
         if prefix == "encoder.":

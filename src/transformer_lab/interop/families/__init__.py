@@ -1,0 +1,332 @@
+"""The `transformers` families this project opens (`hf:<folder>`) and writes (`to=huggingface`): one module
+per family, each holding both directions of its config and of its weights, as TransformerLens keeps one
+conversion file per family.
+
+    gpt2.py       GPT2LMHeadModel: learned positions, LayerNorm, GELU MLP (Conv1D weights, transposed)
+    gpt_neox.py   GPTNeoXForCausalLM (Pythia): rotary positions on a share of each head, parallel
+                  attention and MLP, one fused [q, k, v] per head
+    llama.py      LlamaForCausalLM, and the Llama-shaped Qwen2ForCausalLM and MistralForCausalLM (SmolLM,
+                  TinyLlama, Qwen2): RMSNorm, rotary positions, SwiGLU, grouped-query attention
+    gpt_neo.py    GPTNeoForCausalLM (the TinyStories models): learned positions, local attention on some
+                  layers, unscaled attention scores
+
+A family module defines:
+
+    NAME, TITLE, ARCHITECTURES, MODEL_TYPES    its name, what docs call it, the transformers class
+                                               names and config.json model_types it reads
+    PREFIX, ALIASES, IGNORED                   the base model's prefix (a headless file lacks it), old
+                                               names of tensors, buffers of old files that are no weight
+    model_config(hf, where) -> dict            config.json -> this project's ModelConfig settings:
+                                               every size checked, every setting the project's blocks
+                                               do not have refused by name (one line, `where` names it)
+    lacks(config) -> list[(bool, str)]         what the family cannot hold of a ModelConfig (export)
+    hf_config(config) -> dict                  ModelConfig -> config.json (model_type, architectures, ...)
+    weights(config) -> list[Weight]            how each of its tensors maps onto this project's
+
+and registers itself with `register(module)` when imported. `weights` is read both ways: `to_ours` fills
+this project's state_dict from the family's tensors (hf:), `to_theirs` makes the family's from this
+project's (to=huggingface; a family may write its own `state_dict(model)` instead, as GPT-2 does to carry
+any positions' table and fold an output bias). A new family is one module named in `BUILT_IN`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+from torch import Tensor
+
+from transformer_lab.errors import ConfigError, require
+from transformer_lab.nn import ModelConfig
+from transformer_lab.nn.config import GATED, LIMITS
+
+BUILT_IN = ("gpt2", "gpt_neox", "llama", "gpt_neo")  # the order export tries them in
+_FAMILIES: dict[str, ModuleType] = {}
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One tensor of a family's state_dict and where it lives in this project's: `ours`, whole or the
+    rows `rows` (a (start, stop) range, or a list: row r of theirs is row rows[r] of ours), transposed
+    where the family stores the matrix x is multiplied by (GPT-2's Conv1D)."""
+
+    theirs: str
+    ours: str
+    rows: tuple[int, int] | list[int] | None = None
+    transposed: bool = False
+
+    def index(self) -> slice | Tensor | None:
+        if self.rows is None:
+            return None
+        if isinstance(self.rows, tuple):
+            return slice(*self.rows)
+        return torch.tensor(self.rows)
+
+
+def register(module: ModuleType) -> ModuleType:
+    """Register a family module (see the module docstring): `hf:` and `to=huggingface` find it."""
+    _FAMILIES[module.NAME] = module
+    return module
+
+
+def families() -> dict[str, ModuleType]:
+    """Every family by name, the built-in ones first (their modules imported on first use)."""
+    for name in BUILT_IN:
+        importlib.import_module(f"{__name__}.{name}")
+    return {name: _FAMILIES[name] for name in BUILT_IN} | _FAMILIES
+
+
+def family_of(hf: dict, where: str) -> ModuleType:
+    """The family of a config.json: by its `architectures` (else its `model_type`); a one-line refusal
+    naming the families this opens."""
+    known = families()
+    kind = setting(hf, where, "model_type", str, None)
+    architectures = setting(hf, where, "architectures", list, None)
+    require(
+        architectures is None or all(isinstance(a, str) for a in architectures),
+        f"{where}: architectures={json.dumps(architectures)[:80]} must be a list of class names",
+    )
+    for family in known.values():
+        if architectures and any(a in family.ARCHITECTURES for a in architectures):
+            require(
+                kind is None or kind in family.MODEL_TYPES,
+                f"{where} names the architecture {', '.join(architectures)} but model_type {kind!r} (a "
+                f"{family.TITLE} has model_type {' or '.join(family.MODEL_TYPES)}): the file contradicts "
+                "itself",
+            )
+            return family
+    for family in known.values():
+        if not architectures and kind in family.MODEL_TYPES:
+            return family
+    names = ", ".join(a for family in known.values() for a in family.ARCHITECTURES)
+    shown = ", ".join(architectures) if architectures else f"model_type {kind!r}"
+    raise ConfigError(
+        f"{where} is of a {shown} model; hf: opens causal language models of the families {names}"
+    )
+
+
+def family_for(config: ModelConfig, to: str = "huggingface") -> ModuleType:
+    """The first family that holds a model of `config` (export); a one-line refusal saying what each
+    lacks."""
+    reasons = []
+    for family in families().values():
+        lacking = [what for lacks, what in family.lacks(config) if lacks]
+        if not lacking:
+            return family
+        reasons.append(f"{family.TITLE} has no {lacking[0]}")
+    raise ConfigError(
+        f"to={to}: no transformers family holds this model ({'; '.join(reasons)}); to=onnx exports it"
+    )
+
+
+# ------------------------------------------------------------------------------ what a family lacks
+COMMON_LACKS = {  # what several families' blocks have no place for: name -> (has it?, what it is)
+    "shape": lambda c: (
+        c.arch != "decoder" or not c.norm_first or c.output_mlp,
+        "such a model (a pre-norm decoder with one Linear output layer)",
+    ),
+    "rms": lambda c: (c.norm == "rms", "RMSNorm"),
+    "gated": lambda c: (c.activation in GATED, f"gated MLP ({c.activation})"),
+    "grouped": lambda c: (c.kv_heads < c.num_heads, "grouped-query attention"),
+    "parallel": lambda c: (c.parallel_residual, "parallel attention and MLP"),
+    "window": lambda c: (c.attention_window is not None, "local attention windows"),
+    "attention_only": lambda c: (not c.mlp, "attention-only blocks"),
+    "unscaled": lambda c: (not c.scale_attention, "unscaled attention"),
+    "bare_mlp_or_norm": lambda c: (
+        not c.has_bias("mlp") or not c.has_bias("norm"),
+        "MLP or LayerNorm without biases",
+    ),
+    "unembed_bias": lambda c: (c.has_bias("unembed"), "bias in its output layer"),
+}
+
+
+def common_lacks(config: ModelConfig, *names: str) -> list[tuple[bool, str]]:
+    """(whether the model has it, what it is) for each of `names` of COMMON_LACKS."""
+    return [COMMON_LACKS[name](config) for name in names]
+
+
+# ------------------------------------------------------------------------------ the weights, both ways
+def to_ours(state: dict[str, Tensor], mapping: list[Weight], shapes: dict[str, tuple[int, ...]]) -> dict:
+    """This project's state_dict (float32) from a family's tensors: every tensor of `shapes` (the model's
+    state_dict shapes) filled whole by the mapping (checked), nothing else."""
+    out: dict[str, Tensor] = {}
+    filled: dict[str, int] = {}
+    for weight in mapping:
+        tensor = state[weight.theirs].to(torch.float32)
+        tensor = tensor.T if weight.transposed else tensor
+        index = weight.index()
+        if index is None:
+            out[weight.ours] = tensor.contiguous()
+            filled[weight.ours] = shapes[weight.ours][0] if shapes[weight.ours] else 1
+            continue
+        target = out.setdefault(weight.ours, torch.zeros(shapes[weight.ours]))
+        target[index] = tensor
+        filled[weight.ours] = filled.get(weight.ours, 0) + tensor.shape[0]
+    for name, shape in shapes.items():
+        rows = shape[0] if shape else 1
+        if filled.get(name) != rows:
+            raise RuntimeError(f"the mapping fills {filled.get(name, 0)} of {rows} rows of {name}")
+    return out
+
+
+def to_theirs(state: dict[str, Tensor], mapping: list[Weight]) -> dict[str, Tensor]:
+    """A family's state_dict from this project's (float32, contiguous, one copy each)."""
+    out = {}
+    for weight in mapping:
+        tensor = state[weight.ours].detach()
+        index = weight.index()
+        tensor = tensor if index is None else tensor[index]
+        out[weight.theirs] = (
+            (tensor.T if weight.transposed else tensor).to("cpu", torch.float32).contiguous().clone()
+        )
+    return out
+
+
+def export_state(family: ModuleType, model: torch.nn.Module) -> dict[str, Tensor]:
+    """The family's state_dict of a model it holds: its own `state_dict(model)`, or its mapping's."""
+    if hasattr(family, "state_dict"):
+        return family.state_dict(model)
+    return to_theirs(model.state_dict(), family.weights(model.config))
+
+
+def expected_shapes(mapping: list[Weight], shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The shape each of the family's tensors must have in a file, from this project's shapes."""
+    out = {}
+    for weight in mapping:
+        shape = shapes[weight.ours]
+        if weight.rows is not None:
+            count = weight.rows[1] - weight.rows[0] if isinstance(weight.rows, tuple) else len(weight.rows)
+            shape = (count, *shape[1:])
+        out[weight.theirs] = tuple(reversed(shape)) if weight.transposed else tuple(shape)
+    return out
+
+
+# ------------------------------------------------------------------------------ reading config.json
+KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
+
+
+def setting(hf: dict, where: str, key: str, kind: type, default: object) -> object:
+    """config.json's `key`, of `kind` (bool, int, float, str or list) or null, else `default` where it is
+    absent; a one-line ConfigError naming the key where its value is of another type (a list where a
+    string is expected fails later as `unhashable type`, far from the file). An int is a float too; a
+    bool is no int."""
+    value = hf.get(key, default)
+    if value is None:
+        return default
+    fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    fits = fits or (kind is float and isinstance(value, int) and not isinstance(value, bool))
+    require(fits, f"{where}: {key}={json.dumps(value)[:60]} must be {KINDS[kind]}")
+    return float(value) if kind is float else value
+
+
+def sizes(hf: dict, where: str, table: dict[str, tuple[str, bool]]) -> dict[str, int]:
+    """config.json key -> (ModelConfig field, required): each a positive integer within this package's
+    limits (`ModelConfig.LIMITS`), checked before anything is built."""
+    out = {}
+    for key, (field, required) in table.items():
+        value = setting(hf, where, key, int, None)
+        if value is None and not required:
+            continue
+        require(value is not None and value > 0, f"{where}: {key}={value!r} must be a positive integer")
+        bound = LIMITS.get(field)
+        require(
+            bound is None or value <= bound,
+            f"{where}: {key}={value} is more than this package's limit of {bound} ({field}); it is not a "
+            "model this can open",
+        )
+        out[field] = value
+    return out
+
+
+def flag(hf: dict, key: str, default: bool, where: str) -> bool:
+    """A true/false setting (absent or null: `default`)."""
+    return setting(hf, where, key, bool, default)
+
+
+def number(hf: dict, key: str, default: float, where: str, low: float = 0.0, high: float = math.inf) -> float:
+    """A number in (low, high) (absent or null: `default`)."""
+    value = setting(hf, where, key, float, default)
+    require(low < value < high, f"{where}: {key}={value!r} must be a number between {low:g} and {high:g}")
+    return value
+
+
+def choice(hf: dict, key: str, default: str, options: dict[str, str], where: str) -> str:
+    """A setting of a few names, mapped to this project's (a name it lacks refused with the ones it has)."""
+    value = setting(hf, where, key, str, default)
+    require(
+        value in options,
+        f"{where}: {key}={value!r} is not one this project's models have; they have {', '.join(options)}",
+    )
+    return options[value]
+
+
+def refuse_present(hf: dict, where: str, keys: dict[str, str]) -> None:
+    """Refuse, by name, a setting the family has and this project's blocks do not: key -> what it is
+    (refused when present with a value other than null, false or 0)."""
+    for key, what in keys.items():
+        value = hf.get(key)
+        require(
+            value in (None, False, 0, []),
+            f"{where}: {key}={value!r}: {what}, which this project's blocks do not have; it is not a model "
+            "this can open",
+        )
+
+
+def rope(hf: dict, where: str, fraction_key: str | None, default_fraction: float) -> dict:
+    """Rotary settings: rope_theta (rope_parameters, or the top-level rope_theta / rotary_emb_base of
+    older files), the rotated share of a head (`fraction_key`, or partial_rotary_factor), and no scaling
+    but the default (rope_type default; linear, dynamic, yarn, llama3, ... refused by name)."""
+    parameters = hf.get("rope_parameters")
+    scaling = hf.get("rope_scaling")
+    for key, value in (("rope_parameters", parameters), ("rope_scaling", scaling)):
+        require(
+            value is None or isinstance(value, dict), f"{where}: {key}={value!r} must be an object or null"
+        )
+    merged = {**(scaling or {}), **(parameters or {})}
+    for given in (scaling or {}, parameters or {}):
+        kind = given.get("rope_type", given.get("type", "default"))
+        require(
+            kind in ("default", None),
+            f"{where}: rope scaling of type {kind!r}: this project's rotary positions have only the default "
+            "(unscaled) kind; it is not a model this can open",
+        )
+    theta = merged.get("rope_theta", hf.get("rope_theta", hf.get("rotary_emb_base", 10000.0)))
+    theta = number({"rope_theta": theta}, "rope_theta", 10000.0, where, low=1.0)
+    fraction = merged.get("partial_rotary_factor")
+    key = "partial_rotary_factor"
+    if fraction is None and fraction_key is not None and fraction_key in hf:
+        fraction, key = hf[fraction_key], fraction_key
+    fraction = default_fraction if fraction is None else fraction
+    require(
+        isinstance(fraction, int | float) and not isinstance(fraction, bool) and 0 < fraction <= 1,
+        f"{where}: {key}={fraction!r} must be in (0, 1]: the share of each head's dimensions rotary "
+        "positions rotate",
+    )
+    return {"rotary_base": theta, "rotary_fraction": float(fraction)}
+
+
+def rotary_split(model_dim: int, heads: int, fraction: float, where: str, key: str) -> None:
+    """A head size rotary positions can split: head_dim x fraction an even number >= 2."""
+    head = model_dim // heads
+    rotated = int(head * fraction)
+    require(
+        model_dim % heads == 0 and rotated >= 2 and rotated % 2 == 0,
+        f"{where}: heads of {model_dim / heads:g} dimensions with {key}={fraction} rotate {rotated} of them; "
+        "rotary positions turn pairs of dimensions (an even number >= 2): not a model this can open",
+    )
+
+
+def eos_id(hf: dict, vocab_size: int) -> int | None:
+    """Where generation ends, as transformers' generate ends it: eos_token_id (the first of a list)."""
+    eos = hf.get("eos_token_id")
+    eos = eos[0] if isinstance(eos, list) and eos else eos
+    return eos if isinstance(eos, int) and not isinstance(eos, bool) and 0 <= eos < vocab_size else None
+
+
+def special_ids(config: ModelConfig) -> dict:
+    """The special token ids of config.json (null where the model has none)."""
+    return {"bos_token_id": config.bos_id, "eos_token_id": config.eos_id, "pad_token_id": config.pad_id}

@@ -1,0 +1,223 @@
+"""GPT-2 (`GPT2LMHeadModel`): its config and its weights, both ways.
+
+GPT-2's block is this project's pre-norm block (x + Attn(LN_1(x)), then x + MLP(LN_2(x))), its attention
+the same fused [q | k | v] projection, so the weights go over one for one. GPT-2's Conv1D stores the
+matrix x is multiplied by, [in, out], where nn.Linear stores [out, in]: every projection is transposed.
+
+    config.json                          this project's ModelConfig
+    n_embd, n_head, n_layer              model_dim, num_heads, num_layers
+    n_positions, vocab_size              max_len, vocab_size; learned positions
+    n_inner (null: 4 n_embd)             dim_feedforward
+    activation_function                  activation (gelu_new, gelu_pytorch_tanh: gelu_new; gelu; relu)
+    layer_norm_epsilon                   norm_eps; LayerNorm, pre-norm
+    scale_attn_weights                   scale_attention
+    tie_word_embeddings                  tie_embeddings; biases everywhere but the output layer
+
+    transformer.wte.weight [V, D]        embed.weight
+    transformer.wpe.weight [max_len, D]  pos_embed.embedding.weight (written from any positions' table:
+                                         the sinusoids PE(pos), or zeros for none, as GPT-2 adds wpe[pos])
+    transformer.h.i.ln_1, ln_2           blocks.i.norm1, norm2 (zero biases for a model without them)
+    transformer.h.i.attn.c_attn [D, 3D]  qkv_proj.weight^T, qkv_proj.bias
+    transformer.h.i.attn.c_proj [D, D]   o_proj.weight^T, o_proj.bias
+    transformer.h.i.mlp.c_fc [D, F]      mlp.fc_in.weight^T;  mlp.c_proj [F, D] = mlp.fc_out.weight^T (an
+                                         attention-only block exports an MLP of width 1 with zero weights,
+                                         which adds exactly 0)
+    transformer.ln_f                     ln_final.norm
+    lm_head.weight [V, D]                unembed.weight (tied: wte itself, tie_word_embeddings)
+
+GPT-2's output layer has no bias. Exporting a model whose output layer has one, its bias b folds into
+ln_f's: the logits are W (g * n + beta) + b = W (g * n + beta + delta) with W delta = b, which has an
+exact solution delta (least squares, checked) when b lies in the span of W's columns, as it does
+whenever W [V, D] has rank V (V <= D, e.g. a character vocabulary). Otherwise the export is refused in
+one line. Settings GPT-2 has and this project's decoder does not (scale_attn_by_inverse_layer_idx,
+cross-attention) are refused by name on import.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import Tensor
+
+from transformer_lab.errors import ConfigError, require
+from transformer_lab.interop.families import (
+    Weight,
+    choice,
+    common_lacks,
+    eos_id,
+    flag,
+    number,
+    register,
+    setting,
+    sizes,
+    special_ids,
+)
+from transformer_lab.nn import DecoderLM, ModelConfig
+
+NAME = "gpt2"
+TITLE = "GPT-2"
+ARCHITECTURES = ("GPT2LMHeadModel",)
+MODEL_TYPES = ("gpt2",)
+PREFIX = "transformer."  # a GPT2Model's file (no output layer) has its names without it
+ALIASES: dict[str, str] = {}
+IGNORED = (".attn.bias", ".attn.masked_bias")  # GPT-2's causal-mask buffers, in files of older versions
+ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+SIZES = {  # config.json key -> (ModelConfig field, required)
+    "n_embd": ("model_dim", True),
+    "n_head": ("num_heads", True),
+    "n_layer": ("num_layers", True),
+    "n_positions": ("max_len", True),
+    "vocab_size": ("vocab_size", True),
+    "n_inner": ("dim_feedforward", False),
+}
+
+
+def model_config(hf: dict, where: str) -> dict:
+    """This project's ModelConfig settings of a GPT-2 config.json (the module docstring's table)."""
+    shape = sizes(hf, where, SIZES)
+    shape.setdefault("dim_feedforward", 4 * shape["model_dim"])  # GPT-2's n_inner=None
+    for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+        value = setting(hf, where, key, bool, False)
+        require(not value, f"{where}: {key}={value!r}: this project's decoder has no such setting")
+    # no pad_id: positions count every token, as GPT-2's do (a pad_id would make them skip padding)
+    return {
+        "arch": "decoder",
+        **shape,
+        "scale_attention": flag(hf, "scale_attn_weights", True, where),
+        "tie_embeddings": flag(hf, "tie_word_embeddings", True, where),
+        "eos_id": eos_id(hf, shape["vocab_size"]),
+        "activation": choice(hf, "activation_function", "gelu_new", ACTIVATIONS, where),
+        "norm_eps": number(hf, "layer_norm_epsilon", 1e-5, where, high=1.0),
+        "norm_first": True,
+        "bias": True,
+        "unembed_bias": False,
+        "positional_encoding": "learned",
+        "output_mlp": False,
+        "mlp": True,
+    }
+
+
+def lacks(config: ModelConfig) -> list[tuple[bool, str]]:
+    """What GPT-2's block cannot hold (an output bias is folded, or refused by `state_dict`)."""
+    return [
+        *common_lacks(config, "shape"),
+        (config.positional_encoding == "rotary", "rotary positions (model.positional_encoding=rotary)"),
+        (config.norm == "rms", "RMSNorm (model.norm=rms)"),
+        *common_lacks(config, "gated", "grouped", "parallel", "window"),
+    ]
+
+
+def hf_config(config: ModelConfig) -> dict:
+    """GPT2Config's arguments (dropout 0: the same function in training mode too)."""
+    return {
+        "model_type": "gpt2",
+        "architectures": list(ARCHITECTURES),
+        "vocab_size": config.vocab_size,
+        "n_positions": config.max_len,
+        "n_embd": config.model_dim,
+        "n_layer": config.num_layers,
+        "n_head": config.num_heads,
+        "n_inner": config.feedforward_dim if config.mlp else 1,
+        "activation_function": config.activation,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "layer_norm_epsilon": config.norm_eps,
+        "scale_attn_weights": config.scale_attention,
+        "tie_word_embeddings": config.tie_embeddings,
+        **special_ids(config),
+    }
+
+
+def weights(config: ModelConfig) -> list[Weight]:
+    """Every tensor of GPT2LMHeadModel (as a GPT-2 config.json makes it) and its place in this
+    project's state_dict."""
+    out = [
+        Weight("transformer.wte.weight", "embed.weight"),
+        Weight("transformer.wpe.weight", "pos_embed.embedding.weight"),
+    ]
+    block = {"ln_1": "norm1", "ln_2": "norm2", "attn.c_attn": "attn.qkv_proj", "attn.c_proj": "attn.o_proj"}
+    block |= {"mlp.c_fc": "mlp.fc_in", "mlp.c_proj": "mlp.fc_out"}
+    for i in range(config.num_layers):
+        for theirs, ours in block.items():
+            conv = theirs.split(".")[-1].startswith("c_")  # Conv1D: [in, out]
+            out.append(
+                Weight(f"transformer.h.{i}.{theirs}.weight", f"blocks.{i}.{ours}.weight", transposed=conv)
+            )
+            out.append(Weight(f"transformer.h.{i}.{theirs}.bias", f"blocks.{i}.{ours}.bias"))
+    out += [Weight(f"transformer.ln_f.{p}", f"ln_final.norm.{p}") for p in ("weight", "bias")]
+    if not config.tie_embeddings:
+        out.append(Weight("lm_head.weight", "unembed.weight"))
+    return out
+
+
+# ------------------------------------------------------------------------------ export: any GPT-style model
+def output_bias_fold(weight: Tensor, bias: Tensor) -> Tensor:
+    """delta [D] with weight @ delta = bias (weight [V, D]): the shift of ln_f's bias that carries the
+    unembedding's bias (see the module docstring); a one-line ConfigError when none exists."""
+    w, b = weight.detach().double(), bias.detach().double()
+    delta = torch.linalg.lstsq(w, b[:, None], driver="gelsd").solution[:, 0]
+    error = float((w @ delta - b).abs().max())
+    if error > 1e-6 * (1 + float(b.abs().max())):
+        raise ConfigError(
+            f"to=huggingface: the output layer's bias (model.bias=true) has no place in GPT-2, whose output "
+            f"layer has none, and it cannot be folded into ln_f's bias here ({weight.size(0)} tokens, more "
+            f"than the model's width {weight.size(1)}: off by {error:.2g}); to=transformer_lens or to=onnx "
+            "export it"
+        )
+    return delta.float()
+
+
+def _linear(weight: Tensor, bias: Tensor | None, out_features: int) -> tuple[Tensor, Tensor]:
+    """nn.Linear (W [out, in], b) as GPT-2's Conv1D (W^T [in, out], b; zeros without a bias)."""
+    return weight.detach().T, torch.zeros(out_features) if bias is None else bias.detach()
+
+
+def _norm(norm: torch.nn.LayerNorm, dim: int) -> tuple[Tensor, Tensor]:
+    return norm.weight.detach(), torch.zeros(dim) if norm.bias is None else norm.bias.detach()
+
+
+def state_dict(model: DecoderLM) -> dict[str, Tensor]:
+    """GPT2LMHeadModel's weights for the model (the module docstring's table): any positions' table,
+    zero biases where the model has none, an attention-only block's zero MLP, the output bias folded."""
+    from transformer_lab.interop.transformer_lens import positions_table
+
+    config = model.config
+    dim, width = config.model_dim, config.feedforward_dim
+    out = {
+        "transformer.wte.weight": model.embed.weight.detach(),
+        "transformer.wpe.weight": positions_table(model),
+    }
+    for i, block in enumerate(model.blocks):
+        p = f"transformer.h.{i}."
+        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = _norm(block.norm1, dim)
+        attn = block.attn
+        out[p + "attn.c_attn.weight"], out[p + "attn.c_attn.bias"] = _linear(
+            attn.qkv_proj.weight, attn.qkv_proj.bias, 3 * dim
+        )
+        out[p + "attn.c_proj.weight"], out[p + "attn.c_proj.bias"] = _linear(
+            attn.o_proj.weight, attn.o_proj.bias, dim
+        )
+        if hasattr(block, "mlp"):
+            out[p + "ln_2.weight"], out[p + "ln_2.bias"] = _norm(block.norm2, dim)
+            mlp = block.mlp
+            out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = _linear(
+                mlp.fc_in.weight, mlp.fc_in.bias, width
+            )
+            out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = _linear(
+                mlp.fc_out.weight, mlp.fc_out.bias, dim
+            )
+        else:  # an MLP that adds exactly 0: act(0 x + 0) = 0, then 0 weights and bias
+            out[p + "ln_2.weight"], out[p + "ln_2.bias"] = torch.ones(dim), torch.zeros(dim)
+            out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = torch.zeros(dim, 1), torch.zeros(1)
+            out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = torch.zeros(1, dim), torch.zeros(dim)
+    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = _norm(model.ln_final.norm, dim)
+    head = model.unembed
+    if head.bias is not None and bool(head.bias.any()):
+        out["transformer.ln_f.bias"] = out["transformer.ln_f.bias"] + output_bias_fold(head.weight, head.bias)
+    out["lm_head.weight"] = (model.embed if config.tie_embeddings else head).weight.detach()
+    return {k: v.to("cpu", torch.float32).contiguous() for k, v in out.items()}
+
+
+register(sys.modules[__name__])
