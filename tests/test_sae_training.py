@@ -10,7 +10,7 @@ import torch
 from tests.conftest import COMMON, compose_train_config
 from tests.test_train_reverse import _scalars
 from transformer_lab import ConfigError
-from transformer_lab.data import SyntheticFeaturesDataModule
+from transformer_lab.data import SuperpositionDataModule, SyntheticFeaturesDataModule
 from transformer_lab.train import train
 from transformer_lab.training.datamodule import LightningTask
 from transformer_lab.training.sae_module import build_sae_module
@@ -47,6 +47,16 @@ def test_the_synthetic_key_in_a_short_run(tmp_path):
         "train/dead_features",
         "val/explained_variance",
     } <= set(scalars)
+
+
+def test_the_toy_model_key_in_a_short_run(tmp_path):
+    """The toy model of superposition represents more features than its 5 dimensions; the SAE on its
+    hidden layer finds their directions."""
+    toy = ["experiment=sae_toy", "threads=1", *COMMON, "trainer.log_every_n_steps=50", "data.toy_steps=1000"]
+    metrics = train(compose_train_config(tmp_path, *SMALL, base=toy))
+    assert metrics["mmcs"] >= 0.9 and metrics["recovered_share"] >= 0.8
+    task = SuperpositionDataModule(toy_steps=1000, verbose=False)
+    assert 5 < int(task.toy.represented().sum()) <= 20  # in superposition: more than its dimensions
 
 
 @pytest.mark.parametrize("kind", ["relu", "batchtopk", "jumprelu"])
@@ -105,8 +115,22 @@ def test_bad_settings_are_one_line(tmp_path, overrides, message):
 
 
 @pytest.mark.reproduce
+@pytest.mark.parametrize("experiment", ["sae_synthetic", "sae_toy"])
 @pytest.mark.parametrize("kind", ["topk", "relu"])
-def test_the_synthetic_key_reaches_mmcs_095_with_the_defaults(tmp_path, kind):
-    """`python train.py experiment=sae_synthetic` (topk; relu with its default l1): MMCS >= 0.95."""
-    metrics = train(compose_train_config(tmp_path, f"model.kind={kind}", base=SYNTHETIC))
+def test_the_keys_reach_mmcs_095_with_the_defaults(tmp_path, experiment, kind):
+    """`python train.py experiment=sae_synthetic` and `experiment=sae_toy` (topk; relu with its default
+    l1): MMCS >= 0.95."""
+    base = [f"experiment={experiment}", "threads=1", *COMMON, "trainer.log_every_n_steps=50"]
+    metrics = train(compose_train_config(tmp_path, f"model.kind={kind}", base=base))
     assert metrics["mmcs"] >= 0.95, metrics
+
+
+@pytest.mark.reproduce
+def test_the_induction_key_is_graded(tmp_path):
+    """`python train.py experiment=sae source=pretrained:induction_heads hook=blocks.0.hook_attn_out`:
+    previous_token_share and previous_token_score in metrics.json (docs/features.md says what they reach
+    and why the share stays below the issue's 0.8 on this model)."""
+    base = ["experiment=sae", "source=pretrained:induction_heads", "hook=blocks.0.hook_attn_out", "threads=1"]
+    metrics = train(compose_train_config(tmp_path, *COMMON, base=base))
+    assert 0 <= metrics["previous_token_share"] <= 1 and 0 < metrics["previous_token_score"] <= 1
+    assert metrics["test/ce_loss_score"] > 0.9

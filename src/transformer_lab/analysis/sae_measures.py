@@ -195,16 +195,19 @@ def measures(sums: dict[str, Tensor]) -> dict[str, float]:
     return out
 
 
-def previous_token_share(sums: dict[str, Tensor], level: float = 0.9) -> float:
-    """The share of the vocabulary's tokens v (those that occur) with a feature that fires when, and only
-    when, v is the token just before: precision P(previous = v | fires) and recall P(fires | previous =
-    v) both at least `level`."""
+def previous_token_scores(sums: dict[str, Tensor]) -> Tensor:
+    """For each token v that occurs, the best feature's min(precision, recall) as a detector of "v is the
+    token just before": precision P(previous = v | the feature fires), recall P(it fires | previous = v)."""
     joint, count = sums["previous"], sums["previous_count"]
     precision = joint / joint.sum(1, keepdim=True).clamp(min=1)  # among the positions it fires at
     recall = joint / count.clamp(min=1)[None, :]
-    found = ((precision >= level) & (recall >= level)).any(dim=0)
-    occurs = count > 0
-    return float(found[occurs].double().mean())
+    return torch.minimum(precision, recall).max(dim=0).values[count > 0]
+
+
+def previous_token_share(sums: dict[str, Tensor], level: float = 0.9) -> float:
+    """The share of the vocabulary's tokens v (those that occur) with a feature that fires when, and only
+    when, v is the token just before: precision and recall both at least `level`."""
+    return float((previous_token_scores(sums) >= level).double().mean())
 
 
 def density_histogram(sums: dict[str, Tensor]) -> dict[str, list]:

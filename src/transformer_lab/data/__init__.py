@@ -11,6 +11,7 @@ from transformer_lab.data.reverse import ReverseDataModule
 from transformer_lab.data.seq2seq import Seq2SeqDataModule
 from transformer_lab.data.shakespeare import ShakespeareDataModule
 from transformer_lab.data.sort import SortDataModule
+from transformer_lab.data.superposition import SuperpositionDataModule
 from transformer_lab.data.synthetic_features import SyntheticFeaturesDataModule
 from transformer_lab.data.task import IGNORE_INDEX, TaskDataModule
 from transformer_lab.data.text import TextDataModule
@@ -27,6 +28,7 @@ __all__ = [
     "Seq2SeqDataModule",
     "ShakespeareDataModule",
     "SortDataModule",
+    "SuperpositionDataModule",
     "SyntheticFeaturesDataModule",
     "TaskDataModule",
     "TextDataModule",

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from transformer_lab.nn import TokenModel
 
 # The grades an SAE's run writes in metrics.json where its activations' features are known (docs/features.md).
-SAE_GRADES = ("mmcs", "recovered_share", "previous_token_share")
+SAE_GRADES = ("mmcs", "recovered_share", "previous_token_share", "previous_token_score")
 
 # Messages of other libraries that are worth a line on the console at INFO level (all of them are in
 # train.log): why training stopped (max_epochs, max_steps, max_time, early stopping).

@@ -270,6 +270,8 @@ class SAEModule(L.LightningModule):
             self.grades |= {"mmcs": score, "recovered_share": share}
         if "previous" in totals and float(totals["previous_count"].sum()) > 0:
             self.grades["previous_token_share"] = sae_measures.previous_token_share(totals)
+            scores = sae_measures.previous_token_scores(totals)
+            self.grades["previous_token_score"] = float(scores.mean())  # how near the share's 0.9 they are
         for logger in self.loggers:
             experiment = getattr(logger, "experiment", None)
             if hasattr(experiment, "add_histogram"):
