@@ -8,6 +8,7 @@
     python -m transformer_lab.interpret ckpt_path=pretrained:key_reverse analysis=circuit method=eap
     python -m transformer_lab.interpret ckpt_path=<run> analysis=dynamics     # every measure over time
     python -m transformer_lab.interpret ckpt_path=<run> analysis=heads step=1000   # the snapshot nearest
+    python -m transformer_lab.interpret sae=<SAE run> analysis=features              # an SAE's features
 
 (`python scripts/interpret.py ...` in a checkout is the same.) Each analysis runs on the first
 `num_examples` test examples of the checkpoint's task (or your own `text=`), prints its table, and writes
@@ -20,6 +21,8 @@ a figure and the numbers to `out_dir`:
     circuit       circuit.png, .svg, .json      the edges (nodes) that carry the task, scored by a registered
                                                 method (method=), faithfulness of the top-k (docs/circuits.md)
     dynamics      dynamics.png, dynamics.json   the measures of every snapshot of a run, and its phase changes
+    features      features.png, features.json   an SAE's features (sae=): density, top examples, the tokens
+                                                each promotes, the loss when it is ablated (docs/features.md)
 
 `step=N` runs an analysis on the snapshot of the run (ckpt_path=<run dir>) nearest step N.
 """
@@ -37,7 +40,7 @@ from transformer_lab.errors import as_config_error, require
 if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
 
-ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit")
+ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit", "features")
 METHODS = ("zero", "mean")  # analysis.interventions.ABLATIONS, without importing torch to check it
 ONLY_FOR = {  # the keys that apply to some analyses only
     "method": ("heads", "circuit"),
@@ -45,6 +48,8 @@ ONLY_FOR = {  # the keys that apply to some analyses only
     "position": ("patching", "circuit"),
     **dict.fromkeys(("metric", "ablation", "threshold", "steps", "verify"), ("circuit",)),
     "ci": ("heads", "patching", "lens", "faithfulness", "circuit"),
+    "sae": ("features", "circuit"),
+    "features": ("features",),
 }
 DEFAULT_EXAMPLES = {
     "heads": 512,
@@ -53,10 +58,11 @@ DEFAULT_EXAMPLES = {
     "faithfulness": 16,
     "dynamics": 256,
     "circuit": 64,
+    "features": 256,
 }
 KEYS = {
-    "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
-    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit (required)",
+    "ckpt_path": "checkpoint to analyse (required, but with sae=), e.g. <run>/checkpoints/best.ckpt",
+    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | features (required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
     "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16, "
     "dynamics 256)",
@@ -77,6 +83,9 @@ KEYS = {
     "step": "run the analysis on the snapshot of the run (ckpt_path=<run dir>) nearest this step",
     "ci": "heads, patching, lens, faithfulness, circuit: the level of the intervals over examples "
     "(bootstrap; default 0.95; 0: none)",
+    "sae": "features, circuit: an SAE run (python train.py experiment=sae ...), spliced into its model "
+    "(ckpt_path= may name that model; default: the one the run records)",
+    "features": "features: the features to show, e.g. features=3,17 (default: the 10 most active)",
 }
 
 
@@ -89,10 +98,18 @@ def keys() -> dict[str, str]:
 
 def parse_args(argv: list[str] | None) -> dict[str, str]:
     args = parse_key_values(argv, keys(), __doc__)
-    require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
+    require(
+        "ckpt_path" in args or "sae" in args,
+        "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt (or sae=<SAE run>)",
+    )
     analysis = args.get("analysis")
     require(analysis is not None, f"missing analysis=...; use analysis={' | '.join(ANALYSES)}")
     require(analysis in ANALYSES, f"analysis={analysis} is unknown; use analysis={' | '.join(ANALYSES)}")
+    require(
+        analysis != "features" or "sae" in args,
+        "analysis=features reads an SAE's features: pass sae=<SAE run> (python train.py experiment=sae ...)",
+    )
+    require("sae" not in args or "step" not in args, "step= picks a snapshot of a model; an SAE run has none")
     if analysis == "circuit":
         from transformer_lab.interpret_circuit import check_args
 
@@ -350,6 +367,43 @@ def require_one_setting(location: str, runs: list[Path]) -> None:
         )
 
 
+def analyse_features(run, count: int, args: dict[str, str], out_dir: Path) -> None:
+    """An SAE's features on the first `count` test examples of its model's task: printed, features.json,
+    features.png (`analysis.features`)."""
+    from transformer_lab.analysis import features
+    from transformer_lab.figures.features import feature_density
+
+    chosen = None
+    if "features" in args:
+        parts = [p.strip() for p in args["features"].split(",")]
+        require(
+            all(p.isdigit() for p in parts),
+            f"features={args['features']} is not a list of feature numbers; write e.g. features=3,17",
+        )
+        chosen = [int(p) for p in parts]
+    if "text" in args:
+        inputs, labels = run.source.text_example(args["text"])
+    else:
+        inputs, labels = run.source.examples(count, exact="num_examples" in args)
+    with as_config_error():
+        result = features.analyse_features(
+            run.model,
+            run.sae,
+            inputs,
+            labels,
+            run.source.task.display_tokens,
+            run.source.output_names,
+            separator=run.source.tokenizer.separator,
+            chosen=chosen,
+        )
+    print(f"sae={args['sae']} ({run.config.kind}) on {args['ckpt_path']}:")
+    for line in result.table():
+        print(line)
+    ablations = {r.index: r.ablation for r in result.reports if r.ablation is not None}
+    title = f"{args['sae']}: {run.config.width} features at {run.hook}"
+    write(out_dir, "features", result.to_dict(), feature_density(result.density, title, ablations))
+
+
 def interpret(args: dict[str, str]) -> None:
     out_dir = output_dir(args.get("out_dir", "interpret_out"), "out_dir")
     from transformer_lab.checkpoint import load
@@ -366,11 +420,24 @@ def interpret(args: dict[str, str]) -> None:
         from transformer_lab import snapshots
 
         args["ckpt_path"] = snapshots.at_step(args["ckpt_path"], to_number(args, "step", int, None))
-    checkpoint = load(
-        args["ckpt_path"], device=pick_device(args.get("device", "auto")), data_path=args.get("data_path")
-    )
+    device = pick_device(args.get("device", "auto"))
+    run = None
+    if "sae" in args:
+        from transformer_lab.sae_checkpoint import load_sae
+
+        run = load_sae(
+            args["sae"], device=device, data_path=args.get("data_path"), source=args.get("ckpt_path")
+        )
+        checkpoint = run.source
+        args.setdefault("ckpt_path", run.record["location"])
+    else:
+        checkpoint = load(args["ckpt_path"], device=device, data_path=args.get("data_path"))
     model = checkpoint.model
     started = time.perf_counter()
+    if analysis == "features":
+        analyse_features(run, count, args, out_dir)
+        print(f"({analysis} took {time.perf_counter() - started:.1f} s)")
+        return
     if analysis == "patching":
         require(
             "text" not in args, "text= does not apply to patching, which needs the task's corrupted pairs"
