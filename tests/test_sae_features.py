@@ -174,3 +174,71 @@ def test_interpret_analysis_features(sae_run, tmp_path, capsys):
     ):
         with pytest.raises(ConfigError, match=message):
             interpret.main([*argv, f"out_dir={tmp_path}"])
+
+
+# ------------------------------------------------------------------------------ circuits over features
+def test_patching_features_moves_the_activation_by_their_decoder_directions(sae_run):
+    """The feature graph's patcher against the activation patched by hand: features i and j replaced by
+    their corrupted values and the error by its own, the model's activation at the hook is clean_x +
+    sum (f' - f) W_dec / s + (error' - error); patching every unit is the corrupted run."""
+    from transformer_lab.analysis import circuits
+    from transformer_lab.interpret_circuit import active_features
+
+    run = load_sae(sae_run)
+    clean, corrupted = run.source.corrupted_pairs(16)
+    chosen = active_features(run, clean, corrupted)
+    graph = circuits.feature_graph(run.model, HOOK, chosen)
+    assert graph.features and graph.units == len(chosen) + 1
+    setup = circuits.prepare(run.model, *clean, corrupted, metric="logit_diff", graph=graph)
+    mask = torch.zeros(2, graph.units)
+    mask[0, :2] = 1  # the first two features
+    mask[1, -1] = 1  # the error term
+    found = setup.evaluate(mask)
+    base, sae = transformer_lab.load(SOURCE).model, run.sae
+    with torch.no_grad():
+        _, cache = base.run_with_cache(clean[0][0], names_filter=HOOK)
+        _, cache_c = base.run_with_cache(corrupted[0][0], names_filter=HOOK)
+        x, x_c = cache[HOOK], cache_c[HOOK]
+        f, f_c = sae.encode(x), sae.encode(x_c)
+        moved = x.clone()
+        for i in chosen[:2]:
+            moved += (f_c[..., i] - f[..., i])[..., None] * sae.W_dec[i] / sae.input_scale
+        error, error_c = x - sae(x), x_c - sae(x_c)
+        for k, activation in enumerate((moved, x + error_c - error)):
+            logits = base.run_with_hooks(clean[0][0], fwd_hooks=[(HOOK, lambda a, p, v=activation: v)])
+            assert float(found[k]) == pytest.approx(float(setup.metric(logits)), rel=1e-4, abs=1e-4)
+    everything = setup.evaluate(torch.ones(1, graph.units))
+    assert float(everything[0]) == pytest.approx(setup.ablated_metric, rel=1e-4, abs=1e-4)
+
+
+def test_interpret_circuit_over_features(sae_run, tmp_path, capsys):
+    interpret = load_script("interpret")
+    interpret.main(
+        [
+            f"sae={sae_run}",
+            "analysis=circuit",
+            "units=features",
+            "num_examples=16",
+            "verify=3",
+            "ci=0",
+            f"out_dir={tmp_path}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "units=features: the" in out and "each node is a feature of the SAE" in out
+    saved = json.loads((tmp_path / "circuit.json").read_text())
+    names = [n["name"] if isinstance(n, dict) else n for n in saved["nodes"]]
+    assert f"{HOOK}.sae.error" in names and any(f"{HOOK}.sae.feature." in n for n in names)
+    assert saved["level"] == "node" and saved["verified"] == 3
+    assert (tmp_path / "circuit.png").is_file()
+    for argv, message in (
+        (
+            ["analysis=circuit", "units=features", f"ckpt_path={SOURCE}"],
+            "units=features reads an SAE's features",
+        ),
+        ([f"sae={sae_run}", "analysis=circuit"], "add units=features"),
+        ([f"sae={sae_run}", "analysis=circuit", "units=neurons"], "units=neurons is unknown"),
+        (["analysis=heads", "units=features", f"ckpt_path={SOURCE}"], "units= is for analysis=circuit"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            interpret.main([*argv, f"out_dir={tmp_path}"])

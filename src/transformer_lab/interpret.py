@@ -50,6 +50,7 @@ ONLY_FOR = {  # the keys that apply to some analyses only
     "ci": ("heads", "patching", "lens", "faithfulness", "circuit"),
     "sae": ("features", "circuit"),
     "features": ("features",),
+    "units": ("circuit",),
 }
 DEFAULT_EXAMPLES = {
     "heads": 512,
@@ -86,6 +87,8 @@ KEYS = {
     "sae": "features, circuit: an SAE run (python train.py experiment=sae ...), spliced into its model "
     "(ckpt_path= may name that model; default: the one the run records)",
     "features": "features: the features to show, e.g. features=3,17 (default: the 10 most active)",
+    "units": "circuit: heads (the model's embeddings, heads and MLPs; default) | features (an SAE's "
+    "features and its error term, with sae=)",
 }
 
 
@@ -449,7 +452,7 @@ def interpret(args: dict[str, str]) -> None:
         require(
             "text" not in args, "text= does not apply to analysis=circuit, which needs the task's examples"
         )
-        analyse_circuit(checkpoint, count, args, out_dir)
+        analyse_circuit(checkpoint, count, args, out_dir, run)
     else:
         if "text" in args:
             inputs, labels = checkpoint.text_example(args["text"])
