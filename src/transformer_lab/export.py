@@ -3,6 +3,7 @@
     python -m transformer_lab.export ckpt_path=pretrained:shakespeare to=transformer_lens out=shakespeare-tl
     python -m transformer_lab.export ckpt_path=pretrained:shakespeare to=huggingface out=shakespeare-hf
     python -m transformer_lab.export ckpt_path=pretrained:sort to=onnx out=sort-onnx
+    python -m transformer_lab.export sae=<SAE run> to=sae_lens out=my-sae
 
 (`python scripts/export.py ...` in a checkout is the same.) `to=transformer_lens` and `to=huggingface` take
 pre-norm decoders (GPT-style language models) and print the Python that loads the result;
@@ -10,7 +11,8 @@ pre-norm decoders (GPT-style language models) and print the Python that loads th
 A model a format cannot express is refused in one line saying why and what would work. The formats'
 libraries are the optional `[interop]` extra (`pip install "transformer-lab[interop]"`). What each file
 holds, weight by weight: docs/interop.md and `transformer_lab.interop`. The other direction is
-`ckpt_path=hf:<folder>` in any tool (`transformer_lab.load("hf:<folder>")`).
+`ckpt_path=hf:<folder>` in any tool (`transformer_lab.load("hf:<folder>")`). `to=sae_lens` writes an SAE
+run (`sae=`) as the folder SAELens saves (`interop.sae_lens`); `sae=saelens:<folder>` reads one back.
 """
 
 from __future__ import annotations
@@ -25,21 +27,28 @@ if TYPE_CHECKING:
 
     from transformer_lab.checkpoint import Checkpoint
 
-FORMATS = ("transformer_lens", "huggingface", "onnx")  # interop.FORMATS, without importing torch
+FORMATS = ("transformer_lens", "huggingface", "onnx", "sae_lens")  # interop.FORMATS, without torch
 KEYS = {
     "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory, pretrained:<name> or "
     "hf:<folder>",
     "to": f"the format (required): {' | '.join(FORMATS)}",
     "out": "the folder to write the files into (required; made if missing)",
     "prompt": "to=huggingface: the text the printed example continues (default: the start of a test example)",
+    "sae": "to=sae_lens: the SAE run to write (python train.py experiment=sae ...)",
 }
 
 
 def parse_args(argv: list[str] | None) -> dict[str, str]:
     args = parse_key_values(argv, KEYS, __doc__)
-    require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=pretrained:shakespeare")
     require("to" in args, f"missing to=...; use to={' | '.join(FORMATS)}")
     require(args["to"] in FORMATS, f"to={args['to']} is not a format; use to={' | '.join(FORMATS)}")
+    if args["to"] == "sae_lens":
+        require(
+            "sae" in args, "to=sae_lens writes an SAE: pass sae=<SAE run> (python train.py experiment=sae)"
+        )
+    else:
+        require("sae" not in args, "sae= is for to=sae_lens")
+        require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=pretrained:shakespeare")
     require("out" in args, "missing out=...; name the folder to write into, e.g. out=exported")
     require("prompt" not in args or args["to"] == "huggingface", "prompt= is for to=huggingface")
     return args
@@ -63,6 +72,7 @@ def export(checkpoint: Checkpoint, to: str, out: Path, prompt: str | None = None
     from transformer_lab import interop
 
     interop.check_format(to)
+    require(to != "sae_lens", "to=sae_lens writes an SAE run (sae=), not a model")
     model = checkpoint.model.cpu()
     if to == "transformer_lens":
         from transformer_lab.interop import transformer_lens
@@ -85,6 +95,15 @@ def export(checkpoint: Checkpoint, to: str, out: Path, prompt: str | None = None
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = output_dir(args["out"], "out")
+    if args["to"] == "sae_lens":
+        from transformer_lab.interop import sae_lens
+        from transformer_lab.sae_checkpoint import load_sae
+
+        run = load_sae(args["sae"], source=args.get("ckpt_path"))
+        model = (run.record or {}).get("location") or (run.record or {}).get("model_name") or "none"
+        for line in sae_lens.export(run.sae, out, model, args["sae"]):
+            print(line)
+        return
     from transformer_lab.checkpoint import load
 
     checkpoint = load(args["ckpt_path"], device="cpu")

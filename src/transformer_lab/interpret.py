@@ -432,7 +432,7 @@ def interpret(args: dict[str, str]) -> None:
             args["sae"], device=device, data_path=args.get("data_path"), source=args.get("ckpt_path")
         )
         checkpoint = run.source
-        args.setdefault("ckpt_path", run.record["location"])
+        args.setdefault("ckpt_path", run.source.location)
     else:
         checkpoint = load(args["ckpt_path"], device=device, data_path=args.get("data_path"))
     model = checkpoint.model

@@ -45,8 +45,13 @@ def load_sae(
     data_path: str | Path | None = None,
     source: str | Path | Checkpoint | None = None,
 ) -> SAECheckpoint:
-    """The SAE run at `location` (a checkpoint file or a run directory), checked (the module docstring);
-    `source`: its model, if not the one its record names (a location or a loaded Checkpoint)."""
+    """The SAE run at `location` (a checkpoint file or a run directory; `saelens:<folder>`: an SAE saved
+    by SAELens, `interop.sae_lens_import`), checked (the module docstring); `source`: its model, if not
+    the one its record names (a location or a loaded Checkpoint)."""
+    from transformer_lab.interop import sae_lens_import
+
+    if sae_lens_import.is_saelens(location):
+        return SAECheckpoint(sae_lens_import.read(str(location)), str(location), device, data_path, source)
     file = resolve(location)
     return SAECheckpoint(read(file, location), str(location), device, data_path, source)
 
@@ -139,8 +144,9 @@ class SAECheckpoint:
 
     @property
     def record(self) -> dict | None:
-        """Where the source model is, the sha256 of its weights and the hook; None for activations of no
-        model (the synthetic and toy-model answer keys)."""
+        """Where the source model is, the sha256 of its weights and the hook (an SAE from SAELens: its
+        model's TransformerLens name and the hook); None for activations of no model (the synthetic and
+        toy-model answer keys)."""
         return (self.contents.get("task") or {}).get("source")
 
     @cached_property
@@ -159,6 +165,13 @@ class SAECheckpoint:
             "splice into",
         )
         given = self._source
+        if "fingerprint" not in record:  # an SAE from SAELens: its model has a TransformerLens name
+            require(
+                given is not None,
+                f"{self.location} names its model by TransformerLens's name ({record.get('model_name')}), "
+                "not a file this opens; pass the model with ckpt_path=",
+            )
+            return given if isinstance(given, Checkpoint) else load(given, self.device, self.data_path)
         if isinstance(given, Checkpoint):
             checkpoint, where = given, given.location
         else:
