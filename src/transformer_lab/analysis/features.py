@@ -123,9 +123,11 @@ def analyse_features(
     count: int = 10,
     top: int = 5,
     context: int = 8,
+    ablate: bool = True,
 ) -> Features:
     """The features' report (the module docstring) for a model with `sae` spliced in, on a batch;
-    `display` shows token ids as text (the task's `display_tokens`), joined by `separator`."""
+    `display` shows token ids as text (the task's `display_tokens`), joined by `separator`; `ablate`:
+    measure each feature's ablation (a forward pass each)."""
     hook = sae.config.hook
     point = f"{hook}.sae.hook_sae_acts_post"
     require(point in model.hook_names(), f"the SAE is not spliced into this model at {hook}")
@@ -178,7 +180,7 @@ def analyse_features(
             report.suppressed = [
                 (output_names[t], -float(v)) for v, t in zip(down.values, down.indices, strict=True)
             ]
-        if loss is not None:
+        if loss is not None and ablate:
             report.ablation = _ablated_loss(model, point, inputs, labels, i) - loss
         reports.append(report)
     return Features(hook, sae.width, int(real.sum()), loss, density.tolist(), reports, notes)
