@@ -186,16 +186,32 @@ class ActivationsDataModule(ActivationTask):
 
     def source_batches(self, rank: int = 0, world: int = 1) -> Iterator[tuple[Tensor, ...]]:
         """The source task's training batches, epoch after epoch, this rank's share (every world-th batch),
-        in batches of `source_batch_size` sequences."""
+        in batches of `source_batch_size` sequences. Each epoch's order comes from `seed` (the tasks draw
+        it from torch's global generator when a pass begins: that draw is made under seed + epoch), so a
+        cache's contents follow from its key."""
         task = self.checkpoint.task
         task.setup("fit")
-        for _ in itertools.count():
+        for epoch in itertools.count():
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed + epoch)
+                batches = iter(task.train_dataloader())
+                first = next(batches)
             index = 0
-            for batch in task.train_dataloader():
+            for batch in itertools.chain([first], batches):
                 for start in range(0, batch[0].size(0), self.source_batch_size):
                     if index % world == rank:
                         yield tuple(t[start : start + self.source_batch_size] for t in batch)
                     index += 1
+
+    def scale_sample(self, count: int = 4096) -> Tensor:
+        """`count` activations straight from the source (no mixing buffer to fill for them)."""
+        parts, seen = [], 0
+        for part in self.stream():
+            parts.append(part)
+            seen += len(part)
+            if seen >= count:
+                break
+        return torch.cat(parts)[:count]
 
     def stream(self, rank: int = 0, world: int = 1) -> Iterator[Tensor]:
         """Activations [n, d_in], a source batch at a time, endlessly."""
@@ -263,7 +279,9 @@ class MixedBatches(IterableDataset):
 # ----------------------------------------------------------------------------------------- the cache
 class CachedActivations:
     """A cache entry's activations (`activations.bin`: float32 rows [count, d_in]), opened and checked;
-    rows read through a memory map made per read (the pages a run touched do not stay resident)."""
+    each row read with pread into the batch: a memory map of the file would count every page its random
+    rows fault in, and the pages the kernel maps around each of them, as the process's own resident
+    memory (measured: +100 MB per batch on a 128 MB file), which then grows with the file."""
 
     def __init__(self, folder: Path, meta: dict, fd: int):
         self.folder, self.meta = folder, meta
@@ -272,8 +290,16 @@ class CachedActivations:
 
     def rows(self, index: np.ndarray) -> Tensor:
         """The activations at sorted row indices, [len(index), d_in]."""
-        table = np.memmap(self._file, dtype="<f4", mode="r", shape=(self.count, self.d_in))
-        return torch.from_numpy(np.ascontiguousarray(table[index]))
+        size = self.d_in * 4
+        out = np.empty((len(index), self.d_in), dtype="<f4")
+        view = memoryview(out).cast("B")
+        fd = self._file.fileno()
+        for k, row in enumerate(index.tolist()):
+            got = os.preadv(fd, [view[k * size : (k + 1) * size]], row * size)
+            require(
+                got == size, f"data cache {self.folder}: activations.bin is shorter than its meta.json says"
+            )
+        return torch.from_numpy(out)
 
 
 class FileBatches(IterableDataset):
