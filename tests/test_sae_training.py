@@ -71,6 +71,30 @@ def test_every_kind_trains(tmp_path, kind):
     assert metrics["test/explained_variance"] > 0.3 and 0 < metrics["mmcs"] <= 1
 
 
+def test_an_sae_run_resumes_where_it_stopped(tmp_path):
+    """resume: the SAE, Adam's state, the dead-feature counts and the step go on from last.ckpt; another
+    SAE is refused."""
+    steps = ["data.val_size=64", "data.test_size=64", "trainer.val_check_interval=20"]
+    train(compose_train_config(tmp_path / "first", "trainer.max_steps=20", *steps, base=SYNTHETIC))
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    assert saved["global_step"] == 20 and "steps_since_fired" in saved["state_dict"]
+    resumed = train(
+        compose_train_config(
+            tmp_path / "resumed", f"ckpt_path={last}", "trainer.max_steps=40", *steps, base=SYNTHETIC
+        )
+    )
+    assert resumed["global_step"] == 40
+    final = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["optimizer_states"][0]["state"][0]["step"].item() == 40
+    with pytest.raises(ConfigError, match="was trained with another model or data"):
+        train(
+            compose_train_config(
+                tmp_path / "other", f"ckpt_path={last}", "model.expansion=4", *steps, base=SYNTHETIC
+            )
+        )
+
+
 def test_resampling_gives_dead_features_the_direction_of_a_badly_reconstructed_input(tmp_path):
     task = SyntheticFeaturesDataModule(val_size=64, test_size=64)
     module = build_sae_module({"kind": "relu", "expansion": 2, "lr": 1e-3}, task)
