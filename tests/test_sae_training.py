@@ -2,12 +2,15 @@
 the run's files (checkpoints, metrics.json under SAELens's names, TensorBoard), resume, and the refusals."""
 
 import json
+import os
+import subprocess
+import sys
 
 import lightning as L
 import pytest
 import torch
 
-from tests.conftest import COMMON, compose_train_config
+from tests.conftest import COMMON, ROOT, compose_train_config
 from tests.test_train_reverse import _scalars
 from transformer_lab import ConfigError
 from transformer_lab.data import SuperpositionDataModule, SyntheticFeaturesDataModule
@@ -121,6 +124,24 @@ def test_resampling_gives_dead_features_the_direction_of_a_badly_reconstructed_i
     state = trainer.optimizers[0].state[net.W_dec]
     assert (state["exp_avg"][:5] == 0).all() and (state["exp_avg_sq"][:5] == 0).all()
     assert module.resample(x) == 0  # nothing dead any more
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_with_resampling(tmp_path):
+    """`python train.py experiment=sae_synthetic trainer=ddp` on 2 CPU processes, relu resampling its dead
+    features (the batch and the dead set taken from rank 0 and the ranks' minimum: the ranks stay one
+    model): one run directory, the measures and the grade in metrics.json."""
+    result = subprocess.run(
+        [sys.executable, "train.py", "experiment=sae_synthetic", "trainer=ddp", "trainer.accelerator=cpu",
+         "trainer.devices=2", "model.kind=relu", "model.resample_every=20", "model.dead_window=10",
+         "trainer.max_steps=40", "trainer.val_check_interval=20", "data.val_size=256", "data.test_size=256",
+         f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["global_step"] == 40 and 0 < saved["mmcs"] <= 1 and "test/explained_variance" in saved
 
 
 @pytest.mark.parametrize(

@@ -254,7 +254,8 @@ class SAEModule(L.LightningModule):
         values = sae_measures.measures(totals)
         values.pop("previous_token_share", None)  # a grade: metrics.json's, not a logged measure
         values["loss"] = self.objective(totals)
-        self.log_dict({f"{stage}/{k}": float(v) for k, v in values.items()}, sync_dist=False)
+        # every rank has the same totals (MeasureSums syncs them): averaging them changes nothing
+        self.log_dict({f"{stage}/{k}": float(v) for k, v in values.items()}, sync_dist=True)
         return totals
 
     def on_validation_epoch_end(self) -> None:
