@@ -90,6 +90,8 @@ def load_script(name: str) -> ModuleType:
     `transformer_lab.<name>` (which scripts/<name>.py runs), or a developer script of scripts/."""
     if importlib.util.find_spec(f"transformer_lab.{name}") is not None:
         return importlib.import_module(f"transformer_lab.{name}")
+    if str(ROOT / "scripts") not in sys.path:  # as `python scripts/<name>.py` has it: its sibling modules
+        sys.path.insert(0, str(ROOT / "scripts"))  # (bench.py's bench_phases/) import by their names
     spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,6 +1,7 @@
 """scripts/bench.py (quick mode: every figure produced and positive, not the targets) and the speed
 changes it measures: fused AdamW, training metrics logged only when written, eager-safe generation."""
 
+import importlib
 import json
 
 import pytest
@@ -46,6 +47,7 @@ FIGURES = (
     "circuit_checked_over_plain_shakespeare",  # verify= and ci= of the circuit analysis
     "text_small_peak_rss_mb",
     "text_fetch_share",
+    "text_unspaced_peak_rss_mb",  # one line of letters without whitespace
     "ci_heads_ratio",
     "ci_patching_ratio",
     "ci_lens_ratio",
@@ -58,6 +60,12 @@ DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight de
 @pytest.fixture(scope="module")
 def bench():
     return load_script("bench")
+
+
+@pytest.fixture(scope="module")
+def phase(bench):
+    """A phase's module of scripts/bench_phases/ by name (bench.py's import put scripts/ on the path)."""
+    return lambda name: importlib.import_module(f"bench_phases.{name}")
 
 
 @pytest.mark.reproduce
@@ -92,16 +100,17 @@ def test_quick_benchmark_produces_every_figure(tmp_path, bench):
     assert "| whole run: fit tokens/s over training-step tokens/s |" in result.stdout
 
 
-def test_the_threads_table_says_where_a_second_thread_pays(bench):
+def test_the_threads_table_says_where_a_second_thread_pays(phase):
     """The threads phase's sizes, timed for real (a step of the smallest decoder with 1 and 2 threads),
     shown as the table performance.md copies."""
-    dim, layers, tokens, batch = bench.THREAD_SIZES[0]
+    threads = phase("threads")
+    dim, layers, tokens, batch = threads.THREAD_SIZES[0]
     config = dict(model_dim=dim, num_layers=layers, num_heads=4, norm_first=True, output_mlp=False)
     before = torch.get_num_threads()
-    one, two = (bench.step_seconds(config, tokens, batch, threads, 2) for threads in (1, 2))
+    one, two = (threads.step_seconds(config, tokens, batch, count, 2) for count in (1, 2))
     torch.set_num_threads(before)
     size = {"decoder": "d=32 L=1 T=16 B=128", "parameters": 12_833, "one_thread_s": one}
-    table = bench.threads_table({"thread_sizes": [size | {"2_threads_s": two, "speedup": one / two}]})
+    table = threads.threads_table({"thread_sizes": [size | {"2_threads_s": two, "speedup": one / two}]})
     header, rule, row = table.splitlines()
     assert "step, 1 thread | step, 2 threads | speed-up" in header and rule.count("|") == 6
     assert row.startswith("| d=32 L=1 T=16 B=128 | 12,833 | ") and row.endswith(f"{one / two:.2f}x |")
@@ -142,13 +151,41 @@ def test_help_and_bad_phase(bench, capsys):
     assert info.value.code == 2 and "generation needs training" in capsys.readouterr().err
 
 
-def test_flops_per_token_follows_nanogpt(bench):
+def test_a_registered_phase_runs_and_reports(bench, capsys, tmp_path):
+    """A phase is one function and one registration: --phases runs it with a scratch directory and the
+    command line's mode, its rows join the table, its own table follows it, its figures the JSON."""
+    from bench_phases import _PHASES, register
+    from bench_phases.common import QUICK
+
+    seen = {}
+
+    def own_table(results: dict) -> str:
+        return f"probe's own table: {results['probe_seconds']}"
+
+    @register("probe", rows=[("probe: time", "{:.1f} s", ["probe_seconds"])], tables=(own_table,))
+    def probe(context):
+        seen.update(mode=context.mode, workdir=context.workdir.is_dir(), overrides=context.overrides)
+        return {"probe_seconds": 0.5}
+
+    try:
+        results = bench.main(["--quick", "--phases", "probe", "--json", str(tmp_path / "b.json"), "a=1"])
+    finally:
+        del _PHASES["probe"]
+    out = capsys.readouterr().out
+    assert seen == {"mode": QUICK, "workdir": True, "overrides": ["a=1"]}
+    assert "| probe: time | 0.5 s |  |  |" in out and "probe's own table: 0.5" in out
+    assert results["probe_seconds"] == json.loads((tmp_path / "b.json").read_text())["probe_seconds"] == 0.5
+    assert "| Lightning / bare loop |" not in out  # the phases not asked for do not run
+
+
+def test_flops_per_token_follows_nanogpt(phase):
     # nanoGPT's shakespeare_cpu sizes: N = 12 L d^2 + vocab x d (tied head) without biases.
     n = 12 * 4 * 128**2 + 65 * 128
-    assert bench.train_flops_per_token(n, 4, 128, 64) == 6 * n + 12 * 4 * 128 * 64
+    training = phase("training")
+    assert training.train_flops_per_token(n, 4, 128, 64) == 6 * n + 12 * 4 * 128 * 64
     model = predictor_like(gpt_decoder(65), **DECODER)
     positions = model.net.pos_embed.embedding.weight.numel()
-    assert bench.counted_params(model) == sum(p.numel() for p in model.parameters()) - positions
+    assert training.counted_params(model) == sum(p.numel() for p in model.parameters()) - positions
 
 
 def test_fused_adamw_on_cpu_and_optional():
@@ -189,10 +226,13 @@ def test_compile_trains_like_eager(tmp_path):
     assert compiled["val/loss"] == pytest.approx(eager["val/loss"], rel=1e-3)
 
 
-def test_explorer_phase_measures_the_page(bench, tmp_path):
+def test_explorer_phase_measures_the_page(phase, tmp_path):
     """Phase 8 in its quick size (2 layers x 2 heads x 32 tokens): the page's size, and its render times
     where chromium and playwright are installed."""
-    results = bench.bench_explorer(bench.QUICK, tmp_path)
+    from bench_phases import Context
+    from bench_phases.common import QUICK
+
+    results = phase("explorer").bench_explorer(Context(QUICK, tmp_path))
     assert 0 < results["explorer_mb"] < 5 and results["explorer_collect_seconds"] > 0
     if "explorer_render_ms" in results:
         assert 0 < results["explorer_render_ms"] < 10_000 and results["explorer_model_view_ms"] > 0

@@ -275,3 +275,17 @@ def test_overfitting_one_batch_shows_the_training_metrics_it_is_about(tmp_path, 
         train(compose_train_config(tmp_path / "plain"))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch ")]
     assert lines and not any("train/" in line for line in lines)  # a normal run: val/ only
+
+
+def test_a_run_stopped_before_its_first_validation_says_where_its_weights_are(tmp_path):
+    """No validation ran (max_steps before the first), so no best.ckpt: the summary names last.ckpt and
+    how to explore it, instead of nothing."""
+    from tests.conftest import compose_train_config
+    from transformer_lab.train import train
+
+    metrics = train(compose_train_config(tmp_path, "trainer.max_steps=3"))
+    assert metrics["best_ckpt_path"] is None
+    lines = console.run_summary(tmp_path, metrics, None)
+    last = console.shown_path(tmp_path / "checkpoints" / "last.ckpt")
+    assert f"  last.ckpt     {last} (no validation ran, so there is no best.ckpt)" in lines
+    assert f"  Explore       python -m transformer_lab.explore ckpt_path={last}" in lines

@@ -185,12 +185,15 @@ def test_gradient_attention_works_under_inference_mode_and_frozen_weights():
     torch.testing.assert_close(explain.gradient_attention(model, x, position=4), expected)
 
 
-def test_gradient_attention_all_stacks_one_row_per_position():
+@pytest.mark.parametrize("chunk_bytes", [1, 10**9])  # one output position per backward pass, or all
+def test_gradient_attention_all_stacks_one_row_per_position(monkeypatch, chunk_bytes):
+    """The batched backward passes (several output positions at once) give each position's own row."""
+    monkeypatch.setattr("transformer_lab.analysis.explain.BATCHED_BYTES", chunk_bytes)
     model = _model(causal=True)
     x = torch.randint(10, (2, 6))
     every = explain.gradient_attention_all(model, x)
     assert every.shape == (2, 6, 6) and torch.equal(every, every.tril())
-    for t in (0, 3, 5):
+    for t in range(6):
         torch.testing.assert_close(every[:, t], explain.gradient_attention(model, x, t)[:, t])
 
 

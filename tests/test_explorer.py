@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import encoder_classifier, gpt_decoder, load_script, run_cli, save_task_checkpoint
-from transformer_lab import TransformerPredictor, explain
+from transformer_lab import TransformerPredictor, explain, load_model
 from transformer_lab.cli import run
 from transformer_lab.data import ReverseDataModule
 from transformer_lab.data.seq2seq import BOS, EOS, PAD
@@ -459,11 +459,23 @@ def test_script_live_and_weights_arguments(script, checkpoints, tmp_path, capsys
     assert page_data(out.read_text())["live"]["weights"]["dtype"] == "float16"
     script.main([encoder, f"out={out}", "live=false"])
     assert page_data(out.read_text())["live"] is None
-    monkeypatch.setattr("transformer_lab.explorer.live.WEIGHT_BUDGET", 1000)
+    script.main([encoder, f"out={out}"])  # weights=auto: a small model's are float32
+    assert page_data(out.read_text())["live"]["weights"]["dtype"] == "float32"
+    values = sum(p.numel() for p in load_model(checkpoints["encoder"]).state_dict().values())
+    monkeypatch.setattr("transformer_lab.explore.WEIGHTS_IN_PAGE", values * 4)  # float16's fit, not float32's
     script.main([encoder, f"out={out}"])
-    printed = capsys.readouterr()
-    assert printed.err.startswith("note: the page shows the precomputed views only: its weights take")
-    assert "live page" not in printed.out and page_data(out.read_text())["live"] is None
+    assert page_data(out.read_text())["live"]["weights"]["dtype"] == "float16"
+    capsys.readouterr()
+    budgets = {
+        "transformer_lab.explore.WEIGHTS_IN_PAGE": [],
+        "transformer_lab.explorer.live.WEIGHT_BUDGET": ["weights=float32"],
+    }
+    for budget, extra in budgets.items():  # the default's budget, and an explicit dtype's
+        monkeypatch.setattr(budget, 1000)
+        script.main([encoder, f"out={out}", *extra])
+        printed = capsys.readouterr()
+        assert printed.err.startswith("note: the page shows the precomputed views only: its weights take")
+        assert "live page" not in printed.out and page_data(out.read_text())["live"] is None
     assert "live=maybe is not true or false" in _fails(script, [encoder, "live=maybe", f"out={out}"], capsys)
     assert "weights=float64 is unknown" in _fails(script, [encoder, "weights=float64", f"out={out}"], capsys)
 
@@ -482,3 +494,42 @@ def test_script_on_a_shipped_series_slides_over_its_snapshots(script, tmp_path, 
     assert f"a step slider over {len(steps)} checkpoints" in capsys.readouterr().out
     live = page_data(out.read_text())["live"]["series"]
     assert live["steps"] == sorted(steps) and live["current"] == len(steps) - 1
+
+
+def test_a_named_checkpoint_file_is_its_own_page_and_a_run_directory_slides(script, tmp_path, capsys):
+    """`ckpt_path=<run>/checkpoints/best.ckpt` names one checkpoint: its page, no slider over the run's
+    snapshots (steps=true asks for it); `ckpt_path=<run>` slides over them."""
+    from transformer_lab.training.checkpoint_io import shippable
+
+    task = ReverseDataModule(
+        "encoder", seq_len=6, min_seq_len=3, train_size=16, val_size=16, test_size=16, batch_size=16
+    )
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "snapshots").mkdir(parents=True)
+    for i, step in enumerate((0, 10, 100)):
+        torch.manual_seed(i)
+        contents = torch.load(save_task_checkpoint(tmp_path / f"s{step}.ckpt", task), weights_only=True)
+        contents["global_step"] = step
+        torch.save(shippable(contents), run_dir / "checkpoints" / "snapshots" / f"step_{step:08d}.ckpt")
+    torch.save(contents, run_dir / "checkpoints" / "best.ckpt")
+    best, out = run_dir / "checkpoints" / "best.ckpt", tmp_path / "page.html"
+    script.main([f"ckpt_path={best}", f"out={out}"])
+    assert "step slider" not in capsys.readouterr().out
+    assert page_data(out.read_text())["live"].get("series") is None
+    for location, extra in ((best, ["steps=true"]), (run_dir, [])):
+        script.main([f"ckpt_path={location}", f"out={out}", *extra])
+        assert "a step slider over 3 checkpoints" in capsys.readouterr().out
+
+
+def test_a_language_models_long_window_is_shown_by_its_first_tokens(script, tmp_path, capsys):
+    """The page of a language model's test window longer than PAGE_TOKENS shows its first PAGE_TOKENS
+    tokens (relevance costs a backward pass per token), and says so; text= shows any input."""
+    from transformer_lab.data import ShakespeareDataModule
+    from transformer_lab.explore import PAGE_TOKENS
+
+    task = ShakespeareDataModule(block_size=PAGE_TOKENS + 36)
+    checkpoint = save_task_checkpoint(tmp_path / "lm.ckpt", task, arch="decoder", norm_first=True)
+    out = tmp_path / "page.html"
+    script.main([f"ckpt_path={checkpoint}", f"out={out}"])
+    assert f"note: the page shows the first {PAGE_TOKENS} tokens of test example 0" in capsys.readouterr().err
+    assert len(page_data(out.read_text())["summary"]["input"]) == PAGE_TOKENS

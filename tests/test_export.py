@@ -238,3 +238,83 @@ def test_a_missing_library_is_named_with_its_install_command(tmp_path, monkeypat
     err = refused(capsys, "ckpt_path=pretrained:sort", "to=onnx", f"out={tmp_path}")
     assert "to=onnx needs the package onnx, which is not installed" in err
     assert 'pip install "transformer-lab[interop]" (or pip install onnx)' in err
+
+
+# --------------------------------------------------------------------------------- the folder out=
+OTHER_FORMAT = {  # a file of another format's export, for each format
+    "transformer_lens": "generation_config.json",
+    "huggingface": "model.onnx",
+    "onnx": "model.safetensors",
+}
+
+
+@pytest.mark.parametrize("to", ["transformer_lens", "huggingface", "onnx"])
+def test_an_export_never_writes_through_a_link_nor_into_another_export(tmp_path, capsys, to):
+    outside = tmp_path / "theirs.json"
+    outside.write_text("not yours")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").symlink_to(outside)  # a link in out= that a write would follow
+    args = ("ckpt_path=pretrained:shakespeare", f"to={to}", f"out={out}")
+    assert f"out={out} holds config.json, which this did not write; choose a new or empty folder" in refused(
+        capsys, *args
+    )
+    assert "choose a new or empty folder, or add overwrite=true to replace" in refused(capsys, *args)
+    (out / "config.json").unlink()
+    (out / OTHER_FORMAT[to]).write_text("another export")
+    assert f"holds {OTHER_FORMAT[to]}, which this did not write" in refused(capsys, *args)
+    (out / "config.json").symlink_to(outside)
+    export_main(*args, "overwrite=true")  # replaced whole: the link removed, never followed
+    assert outside.read_text() == "not yours"
+    written = sorted(p.name for p in out.iterdir())
+    assert OTHER_FORMAT[to] not in written and not any((out / n).is_symlink() for n in written)
+    export_main(*args)  # an earlier export of the same format is replaced whole, without overwrite=
+    assert sorted(p.name for p in out.iterdir()) == written
+    assert {p.name for p in tmp_path.iterdir()} - {"cache"} == {"out", "theirs.json"}  # no temporary folder
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    assert f"out={link} is a symlink; name a folder of its own" in refused(capsys, *args[:2], f"out={link}")
+
+
+@pytest.mark.parametrize("to", ["transformer_lens", "huggingface", "onnx"])
+def test_an_interrupted_export_leaves_the_earlier_one_and_nothing_a_library_would_load(
+    tmp_path, monkeypatch, capsys, to
+):
+    from transformer_lab import export as export_tool
+
+    out = tmp_path / "out"
+    export_main("ckpt_path=pretrained:shakespeare", f"to={to}", f"out={out}")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    stale = tmp_path / ".out.999999999.tmp"  # a folder a killed export left (no such process)
+    stale.mkdir()
+
+    def interrupted(checkpoint, to, folder, prompt=None):
+        (folder / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_tool, "export", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        run(export_tool.main, ["ckpt_path=pretrained:shakespeare", f"to={to}", f"out={out}"])
+    assert stopped.value.code == 130 and capsys.readouterr().err == "error: stopped by Ctrl-C\n"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert {p.name for p in tmp_path.iterdir()} - {"cache"} == {"out"}  # the stale folder gone too
+
+
+@pytest.mark.parametrize("experiment", ["text_small", "shakespeare_cpu"])
+def test_every_recipe_of_the_docs_trains_a_model_that_exports(tmp_path, experiment):
+    """The docs' recipes (and the shipped models, above) make models GPT-2 can hold: no output bias that
+    cannot be folded (text_small: 1024 tokens, 128 wide, so no biases at all)."""
+    from omegaconf import OmegaConf
+
+    from tests.conftest import compose_train_config
+    from transformer_lab.training.compose import instantiate
+    from transformer_lab.training.predictor import build_predictor
+
+    cache = f"data.cache_dir={tmp_path}/cache"
+    cfg = compose_train_config(tmp_path, f"experiment={experiment}", cache, base=[])
+    model = build_predictor(OmegaConf.to_container(cfg.model), instantiate(cfg.data)).net
+    huggingface.check(model.config)
+    if model.unembed.bias is not None:
+        with torch.no_grad():
+            model.unembed.bias.normal_()  # as training leaves it: a bias GPT-2 must hold
+    assert set(huggingface.state_dict(model)) >= {"lm_head.weight", "transformer.ln_f.bias"}

@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 from tests.pages import differences, page_steps, run_command, shown_outputs
 
 PAGE = ROOT / "docs" / "interop.md"
-TESTS = ("test_export.py", "test_hf_import.py")
+TESTS = ("test_export.py", "test_hf_import.py", "test_files_from_elsewhere.py")
 
 
 @pytest.mark.usefixtures("offline")

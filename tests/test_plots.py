@@ -100,13 +100,29 @@ def test_token_map_rows_columns_and_capped_colour_scale(tmp_path):
     assert _tick_labels(ax, "x") == ["1\n0", "2\n1", "3\n2", "4\n3"]
     assert _tick_labels(ax, "y") == ["0 4", "1 3", "2 2", "3 1"]
     assert ax.get_title() == "rollout" and ax.images[0].get_clim() == (0, 0.5)
-    assert (
-        colorbar.get_ylabel().startswith("weight")
-        and "capped at 0.5: the top 25% of cells" in colorbar.get_ylabel()
-    )
+    label = " ".join(colorbar.get_ylabel().split())  # wrapped to the bar's length
+    assert label.startswith("weight") and "capped at 0.5: the top 25% of cells" in label
     assert fig.axes[0].images[0].colorbar.extend == "max"  # the diagonal saturates, and the bar says so
     assert plots.token_map(matrix, list("abcd"), "m").axes[0].images[0].colorbar.extend == "neither"
     assert _png_size(fig, tmp_path / "map.png") > 5_000
+
+
+def test_a_small_maps_title_and_colour_bar_label_stay_inside_the_figure():
+    """The rollout of a 4-token input: a long title and a capped colour bar's label are wrapped to the
+    figure's size, not cut off at its edges (they were, on a six-token prompt)."""
+    title = "Attention rollout (Abnar & Zuidema; Chefer et al. through cross-attention), a long title"
+    label = "share of the output's relevance"
+    fig = plots.token_map(torch.eye(4) + 0.1, list("abcd"), title, colorbar_label=label, vmax=0.5)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    inside = fig.bbox.padded(1)
+    ax, colorbar = fig.axes
+    for text in (ax.title, colorbar.yaxis.label):
+        box = text.get_window_extent(renderer)
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
 
 
 def test_positional_encoding_figures_show_the_real_encoding(tmp_path):

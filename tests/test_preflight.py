@@ -292,6 +292,7 @@ def test_two_runs_never_share_a_directory(tmp_path):
     _refused([*TINY, f"hydra.run.dir={explicit}"], "is in use by a training run that is still going")
     run_dir.release_all()
     (explicit / "checkpoints").mkdir()  # the first run is over and left its files
+    (explicit / "checkpoints" / "last.ckpt").write_bytes(b"a checkpoint")
     _refused([*TINY, f"hydra.run.dir={explicit}"], "holds another run; .* continue that run with resume=")
     assert sorted(p.name for p in explicit.iterdir()) == ["checkpoints"]  # nothing of it removed
 

@@ -162,3 +162,25 @@ def test_help(script, capsys):
         script.main(["--help"])
     out = capsys.readouterr().out
     assert exit_info.value.code == 0 and "analysis" in out and "heads | patching | lens | faithfulness" in out
+
+
+def test_the_default_number_of_examples_fits_a_time_budget(monkeypatch, tmp_path, capsys):
+    """Without num_examples=, heads and lens read as many examples as their passes fit in the budget on
+    this machine (here a budget so small that the fewest), and say so; num_examples= sets it."""
+    from transformer_lab.analysis import budget
+
+    script = load_script("interpret")
+    monkeypatch.setattr(budget, "SECONDS", 1e-9)
+    script.main(["ckpt_path=pretrained:reverse_2l4h", "analysis=heads", f"out_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    passes = 2 * 4 + 4  # each of the 8 heads removed, and the measures
+    assert f"analysis=heads: 8 examples, not 512 (about {passes} passes of " in out
+    assert "per example on this machine fit 1e-09 s; num_examples= sets it)" in out
+    assert json.loads((tmp_path / "heads.json").read_text())  # the analysis ran on them
+    script.main(
+        ["ckpt_path=pretrained:reverse_2l4h", "analysis=lens", "num_examples=16", f"out_dir={tmp_path}"]
+    )
+    assert "examples, not" not in capsys.readouterr().out
+    monkeypatch.setattr(budget, "SECONDS", 1e9)  # a fast machine: the usual 512
+    script.main(["ckpt_path=pretrained:reverse_2l4h", "analysis=lens", f"out_dir={tmp_path}"])
+    assert "examples, not" not in capsys.readouterr().out

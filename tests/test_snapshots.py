@@ -14,6 +14,7 @@ from transformer_lab.errors import ConfigError
 from transformer_lab.nn import EncoderClassifier
 from transformer_lab.train import train
 from transformer_lab.training.callbacks import Snapshots
+from transformer_lab.training.callbacks import snapshots as snapshots_module
 from transformer_lab.training.callbacks.snapshots import snapshot_steps
 from transformer_lab.training.checkpoint_io import SHIPPED_KEYS
 
@@ -169,3 +170,39 @@ def test_finding_snapshots_and_steps_outside_the_run_are_one_line_errors(tmp_pat
         with pytest.raises(ConfigError, match=rf"step={step} is beyond the run: .* use step=0\.\.100"):
             snapshots.nearest(tmp_path, step)
     assert len(snapshots.find(folder)) == 3  # the folder itself names them too
+
+
+def test_a_disk_budget_thins_the_snapshots_log_evenly(tmp_path):
+    """callbacks.snapshots.max_disk: a long run keeps as many snapshots as fit, spread as `count` would be."""
+    budget = 200_000
+    run = tmp_path / "run"
+    train(compose_train_config(run, "trainer.max_epochs=5", f"callbacks.snapshots.max_disk={budget}"))
+    files = sorted((run / "checkpoints" / "snapshots").glob("step_*.ckpt"))
+    weights = sum(t.numel() * t.element_size() for t in load_model(files[-1]).state_dict().values())
+    kept = budget // (weights + snapshots_module.SNAPSHOT_OVERHEAD)
+    assert 2 <= kept < 9 and sum(f.stat().st_size for f in files) <= budget
+    assert [f.name for f in files] == [snapshots_module.snapshot_name(s) for s in snapshot_steps(40, kept)]
+    with pytest.raises(ConfigError, match="max_disk='lots' is not a size; write it as 500KB, 64MB or 2GB"):
+        Snapshots("x", max_disk="lots")
+
+
+def test_a_short_text_run_keeps_little_on_disk_by_default(tmp_path):
+    """The default budget (4 MB): a 20-step run of the text task's default model (3 MB of weights) keeps
+    one snapshot, not 21 (70 MB); a sweep of larger models cannot fill a disk."""
+    (tmp_path / "c.txt").write_text("ROMEO: But soft, what light through yonder window breaks?\n" * 300)
+    text = [
+        "task=text",
+        f"data.path={tmp_path / 'c.txt'}",
+        "data.tokenizer=char",
+        "data.block_size=16",
+        "data.batch_size=4",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "trainer.max_steps=20",
+        "trainer.limit_val_batches=1",
+        "~callbacks.head_metrics",
+        "~callbacks.text_samples",
+        "~callbacks.attention_maps",
+    ]
+    train(compose_train_config(tmp_path / "run", base=[*text, "trainer.accelerator=cpu"]))
+    files = list((tmp_path / "run" / "checkpoints" / "snapshots").glob("step_*.ckpt"))
+    assert 0 < sum(f.stat().st_size for f in files) < 5e6

@@ -7,6 +7,7 @@ a checkpoint's tokenizer, a cache entry) that are malformed, huge, a FIFO or a s
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -259,7 +260,7 @@ def test_jsonl_and_parquet_without_the_text_are_refused(tmp_path):
     bad.write_text('{"body": "fine"}\n')
     assert "has no field 'text' (it has: body); set data.text_key=" in _refused(tmp_path, path=str(bad))
     bad.write_text('{"text": 3}\n')
-    assert "'text' is not a string (a int)" in _refused(tmp_path, path=str(bad))
+    assert "'text' is not a string (a number)" in _refused(tmp_path, path=str(bad))
     pq.write_table(pa.table({"body": ["a b c"]}), tmp_path / "p.parquet")
     assert "has no column 'text' (it has: body)" in _refused(tmp_path, path=str(tmp_path / "p.parquet"))
     (tmp_path / "q.parquet").write_bytes(b"PAR1 not really")
@@ -446,3 +447,53 @@ def test_a_tokenizer_too_large_for_the_page_is_refused_when_the_page_is_written(
     with pytest.raises(ConfigError, match=r"take .* MB in the page, more than the 0.001 MB .*live=false"):
         explore(transformer_lab.load(str(runs[0][0])), [1, 2, 3])
     assert not page.exists()
+
+
+def test_a_piped_run_says_how_far_the_bpe_and_the_tokenizing_are(tmp_path, monkeypatch, caplog):
+    """Written to a log or a pipe (no terminal, so no bar), a run says every few seconds how far training
+    the BPE and tokenizing are, with the rate and the time left (here every update: EVERY=0)."""
+    from transformer_lab import progress
+
+    monkeypatch.setattr(progress, "EVERY", 0.0)
+    write_corpus(tmp_path / "corpus", txt_files=4)
+    caplog.set_level("INFO")
+    task = TextDataModule(path=str(tmp_path / "corpus"), block_size=8, cache_dir=str(tmp_path / "cache"))
+    _ = task.vocab
+    lines = [r.getMessage() for r in caplog.records if r.name == "transformer_lab.progress"]
+    reading = [line for line in lines if line.startswith("Reading the corpus for the BPE: ")]
+    tokenizing = [line for line in lines if line.startswith("Tokenizing: ")]
+    assert reading and tokenizing, lines
+    line = r"Tokenizing: [\d.]+ of [\d.]+ MB \(\d+%\), [\d.]+ MB/s, \d+ s left, [\d.]+ [KM]? ?tokens/s"
+    assert all(re.fullmatch(line, text) for text in tokenizing), tokenizing
+    assert tokenizing[-1].split(" (")[1].startswith("100%")
+    assert any(re.match(r"Trained the BPE of \d+ tokens in [\d.]+ s$", line) for line in lines), lines
+
+
+@pytest.mark.parametrize("to", ["onnx", "transformer_lens"])
+def test_every_export_of_a_bpe_model_carries_its_tokenizer(runs, tmp_path, monkeypatch, to, capsys):
+    """The tokenizer.json of the model's own BPE goes into every export folder (huggingface's has it as
+    transformers writes it): with it, text becomes the ids the exported model reads."""
+    pytest.importorskip("onnxruntime" if to == "onnx" else "safetensors")
+    monkeypatch.setenv("TRANSFORMER_LAB_CACHE", str(tmp_path / "cache"))
+    best = runs[0][0] / "checkpoints" / "best.ckpt"
+    load_script("export").main([f"ckpt_path={best}", f"to={to}", f"out={tmp_path / 'out'}"])
+    assert "and tokenizer.json, the model's tokenizer" in capsys.readouterr().out
+    from tokenizers import Tokenizer
+
+    exported = Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    checkpoint = transformer_lab.load(best)
+    assert exported.encode("ROMEO: But soft").ids == checkpoint.tokenizer.encode("ROMEO: But soft").tolist()
+
+
+def test_a_folder_saved_with_save_pretrained_names_its_tokenizer(runs, tmp_path, corpus):
+    """data.tokenizer=<folder>: the tokenizer.json in it (a model saved with save_pretrained)."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(runs[0][0] / "tokenizer.json", folder / "tokenizer.json")
+    cache = str(tmp_path / "c")
+    task = TextDataModule(path=str(corpus), tokenizer=str(folder), block_size=8, cache_dir=cache)
+    assert task.vocab == BPETokenizer.from_file(folder / "tokenizer.json").vocab
+    (folder / "tokenizer.json").unlink()
+    assert "is a folder without a tokenizer.json; name the file, or a folder saved with save_pretrained" in (
+        _refused(tmp_path, path=str(corpus), tokenizer=str(folder))
+    )

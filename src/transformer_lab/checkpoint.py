@@ -43,7 +43,7 @@ from torch import Tensor
 
 from transformer_lab import pretrained
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.files import require_small_unpacked, unpickling_refusal
+from transformer_lab.files import reading, require_small_unpacked, unpickling_refusal
 from transformer_lab.limits import require_memory
 from transformer_lab.nn import ModelConfig, TokenModel, build_model
 from transformer_lab.nn.config import UnknownSetting
@@ -67,9 +67,13 @@ def load(
     if isinstance(location, str) and location.startswith("hf:"):
         from transformer_lab.interop import hf_import
 
-        return Checkpoint(hf_import.read(location), location, None, device, data_path)
+        with reading(location):
+            contents = hf_import.read(location)
+        return Checkpoint(contents, location, None, device, data_path)
     file = resolve(location)
-    return Checkpoint(read(file, location), location, file, device, data_path)
+    with reading(f"checkpoint {location}"):
+        contents = read(file, location)
+    return Checkpoint(contents, location, file, device, data_path)
 
 
 def load_model(path: str | Path, map_location: str | torch.device = "cpu") -> TokenModel:

@@ -120,6 +120,14 @@ def _require_writable(folder: Path, key: str, text: str) -> None:
     )
 
 
+def starting(what: str) -> None:
+    """A tool's first line on a terminal, before PyTorch loads (seconds on a laptop): what it is about to
+    do, so the command answers at once (`Loading pretrained:shakespeare`). Not in a pipe or a log, where
+    no one waits on it and a refusal stays the one line it is."""
+    if sys.stderr.isatty():
+        print(what, file=sys.stderr, flush=True)
+
+
 def pick_device(name: str) -> torch.device:
     """`auto` (cuda, then mps, then cpu), or an explicit device that must be present. Also sets torch's
     threads for the tool (`limits.choose_threads`: the cores free now, unless OMP_NUM_THREADS says)."""
@@ -147,7 +155,11 @@ def pick_device(name: str) -> torch.device:
 def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None) -> None:
     """Call main(argv); a user mistake (ConfigError) prints `error: <message>` and exits 2, no traceback;
     a path the system refuses (too long, no permission, a full disk) one line naming it, exit 1; Ctrl-C
-    one line, exit 130. Output piped into a reader that stops early (`| head`) ends the script quietly."""
+    one line, exit 130, and SIGTERM one line, exit 143 (`signals`), each after the `finally` clauses
+    removed what was half made. Output piped into a reader that stops early (`| head`) ends quietly."""
+    from transformer_lab import signals
+
+    signals.install()
     try:
         main(argv)
     except ConfigError as error:
@@ -156,6 +168,9 @@ def run(main: Callable[[list[str] | None], None], argv: list[str] | None = None)
     except KeyboardInterrupt:
         print("error: stopped by Ctrl-C", file=sys.stderr)
         sys.exit(130)
+    except signals.Stop as stop:
+        print(f"error: {stop}", file=sys.stderr)
+        sys.exit(stop.exit_status)
     except BrokenPipeError:
         sys.stderr.close()  # nothing more can be written; keep Python from reporting the broken pipe
         sys.exit(0)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.files import write_figure
 
 
 def run_dirs(roots: list[Path]) -> list[Path]:
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=100)
+    write_figure(out, figure)
     print(f"Wrote {out}")
 
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, pick_device, run
+from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, starting
 from transformer_lab.deprecated import forward
 from transformer_lab.errors import require
+from transformer_lab.files import write_figure
 
 if TYPE_CHECKING:  # torch, matplotlib and the model load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
@@ -131,8 +132,9 @@ def explain_checkpoint(args: dict[str, str]) -> None:
                     colorbar_label="attention weight",
                 )
     output_axis = "output: predicted next token" if model.generates and reads_source == "self" else "output"
+    through = "; Chefer et al. through cross-attention" if reads_source == "cross" else ""
     for name, matrix, title in (
-        ("rollout", rollout, "Attention rollout (Abnar & Zuidema; Chefer et al. through cross-attention)"),
+        ("rollout", rollout, f"Attention rollout (Abnar & Zuidema{through})"),
         ("gradient_attention", relevance, "Gradient-weighted attention (Chefer et al.)"),
     ):
         figures_by_file[name] = figures.token_map(
@@ -147,7 +149,7 @@ def explain_checkpoint(args: dict[str, str]) -> None:
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, figure in figures_by_file.items():
-        figure.savefig(out_dir / f"{name}.png", dpi=100)
+        write_figure(out_dir / f"{name}.png", figure)
     print(f"input:  {' '.join(source)}")
     print(f"output: {' '.join(outputs)}")
     exclude_self = reads_source == "self"
@@ -160,7 +162,9 @@ def explain_checkpoint(args: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    explain_checkpoint(parse_args(argv))
+    args = parse_args(argv)
+    starting(f"Loading {args['ckpt_path']}")
+    explain_checkpoint(args)
 
 
 if __name__ == "__main__":

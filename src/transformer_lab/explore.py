@@ -14,8 +14,9 @@ current browser: a head view, a model view of every layer x head, attention roll
 relevance, the head-ablation table, and the top-3 predictions per position; Save PNG and Save SVG download
 the view. With `live=true` (the default, where the model fits the page's budget) the page also holds the
 model and runs it: edit the input, remove heads, generate, patch activations. Given a run directory whose
-training kept snapshots (checkpoints/snapshots/step_*.ckpt), a step slider shows every view at each.
-See docs/explorer.md.
+training kept snapshots (checkpoints/snapshots/step_*.ckpt), or a ready-made series, a step slider shows
+every view at each; a checkpoint file gives the page of that checkpoint alone (`steps=true` adds its run's
+slider). See docs/explorer.md.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_file, parse_key_values, pick_device, run
+from transformer_lab.cli import output_file, parse_key_values, pick_device, run, starting
 from transformer_lab.errors import ConfigError, as_config_error, require
 
 if TYPE_CHECKING:
@@ -40,7 +41,10 @@ KEYS = {
     "source": 'a sequence-to-sequence task\'s input, e.g. source="3 1 3 9" (reverse, sort)',
     "out": "the HTML file to write (default explorer.html)",
     "live": "true (default): the model runs in the page where it fits; false: precomputed views only",
-    "weights": "float32 (default) | float16: how a live page stores the weights (float16: half the size)",
+    "weights": "auto (default: float32 where the page stays under 5 MB, else float16, else no model in the "
+    "page) | float32 | float16 (half the size): how a live page stores the weights (up to 20 MB asked for)",
+    "steps": "true: a step slider over the run's snapshots (the default for a run directory or a ready-made "
+    "series); false: this checkpoint alone (the default for a checkpoint file)",
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
     "sae": "an SAE run of the model (python train.py experiment=sae ...): the page's features view",
@@ -59,11 +63,13 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
     )
     live = args.get("live", "true")
     require(live in ("true", "false"), f"live={live} is not true or false; use live=true or live=false")
-    weights = args.get("weights", "float32")
+    weights = args.get("weights", "auto")
     require(
-        weights in ("float32", "float16"),
-        f"weights={weights} is unknown; use weights=float32 or weights=float16",
+        weights in ("auto", "float32", "float16"),
+        f"weights={weights} is unknown; use weights=auto, float32 or float16",
     )
+    steps = args.get("steps")
+    require(steps in (None, "true", "false"), f"steps={steps} is not true or false; use steps=true or false")
     return args
 
 
@@ -83,7 +89,35 @@ def model_input(checkpoint: Checkpoint, args: dict[str, str]) -> tuple[Batch, st
             return checkpoint.text_example(args[key], key), f'{key} "{args[key]}"'
     index = args.get("index", "0")
     require(index.isdigit(), f"index={index} is not a test example; use an integer >= 0")
-    return checkpoint.without_padding(*checkpoint.example(int(index))), f"test example {index}"
+    (inputs, *more), labels = checkpoint.without_padding(*checkpoint.example(int(index)))
+    what = f"test example {index}"
+    if checkpoint.label_rule == "next" and not more and inputs.size(1) > PAGE_TOKENS:
+        # a language model's window: its first PAGE_TOKENS tokens (relevance costs a backward pass per
+        # token, and each view grows with the square of the length)
+        inputs, labels = inputs[:, :PAGE_TOKENS], labels[:, :PAGE_TOKENS]
+        what = f"the first {PAGE_TOKENS} tokens of test example {index}"
+        print(f"note: the page shows {what} (text= shows any input)", file=sys.stderr)
+    return ((inputs, *more), labels), what
+
+
+PAGE_TOKENS = 64  # of a language model's test window, the page shows the first
+PAGE = 5_000_000  # characters a page takes by default: a text model's page, not 20 MB of it
+WEIGHTS_IN_PAGE = 4_000_000  # of which the weights (the views, the tokenizer and the code take the rest)
+
+
+def page_weights(model: torch.nn.Module, asked: str, slider: bool) -> tuple[str, int | None]:
+    """How a live page stores the weights and the characters they may take (None: the live module's own
+    20 MB). `auto`: float32 where they fit `WEIGHTS_IN_PAGE` (every model of the lab's tasks), else
+    float16 (half: a text model of a million parameters); a page of one checkpoint keeps them within that
+    budget, so it stays under `PAGE` (a larger model's shows the precomputed views and says why), while a
+    step slider, which a run directory or steps=true asks for, takes the 20 MB its snapshots need."""
+    if asked != "auto":
+        return asked, None
+    values = sum(
+        t.numel() for t in {p.untyped_storage().data_ptr(): p for p in model.state_dict().values()}.values()
+    )
+    in_page = values * 4 * 4 // 3  # float32 as base64
+    return ("float32" if in_page <= WEIGHTS_IN_PAGE else "float16"), None if slider else WEIGHTS_IN_PAGE
 
 
 def size_text(num_bytes: int) -> str:
@@ -138,7 +172,6 @@ def load_snapshots(files: list[Path], checkpoint: Checkpoint, device: torch.devi
 def explore_checkpoint(args: dict[str, str]) -> Path:
     out = output_file(args.get("out", "explorer.html"), "out", "explorer.html")
     live = args.get("live", "true")
-    weights = args.get("weights", "float32")
     from transformer_lab.checkpoint import load
     from transformer_lab.explorer import explore, write_page
 
@@ -152,7 +185,9 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
         )
         args.setdefault("ckpt_path", sae_run.source.location)
     location = args["ckpt_path"]
-    snapshots = snapshot_files(location)
+    a_file = not location.startswith("pretrained:") and Path(location).is_file()
+    slider = args.get("steps", "false" if a_file else "true") == "true"
+    snapshots = snapshot_files(location) if slider else []
     main_file = location
     run = Path(location) / "checkpoints"
     if (
@@ -165,6 +200,8 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
         checkpoint = sae_run.source
     else:
         checkpoint = load(main_file, device=device, data_path=args.get("data_path"))
+    asked = args.get("weights", "auto")
+    weights, weight_budget = page_weights(checkpoint.model, asked, slider=bool(snapshots))
     (inputs, labels), what = model_input(checkpoint, args)
     features = None
     if sae_run is not None:
@@ -186,9 +223,12 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
             snapshots=series,
             weights=weights,
             features=features,
+            weight_budget=weight_budget,
         )
     if page.live_note:
-        print(f"note: the page shows the precomputed views only: {page.live_note}", file=sys.stderr)
+        auto = asked == "auto" and weight_budget is not None
+        lift = "; weights=float16 puts it in a page of up to 20 MB" if auto else ""
+        print(f"note: the page shows the precomputed views only: {page.live_note}{lift}", file=sys.stderr)
     try:
         write_page(page, out)
     except OSError as exc:
@@ -203,7 +243,9 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    explore_checkpoint(parse_args(argv))
+    args = parse_args(argv)
+    starting(f"Loading {args.get('ckpt_path') or args['sae']} for the page")
+    explore_checkpoint(args)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@
 (`python scripts/export.py ...` in a checkout is the same.) `to=transformer_lens` and `to=huggingface` take
 pre-norm decoders (GPT-style language models) and print the Python that loads the result;
 `to=onnx` takes every model (encoder, decoder, encoder-decoder) and checks the graph with ONNX Runtime.
-A model a format cannot express is refused in one line saying why and what would work. The formats'
+A model a format cannot express is refused in one line saying why and what would work. The files are
+written into a new folder beside `out`, checked, then renamed to `out` (`files.replacing_folder`): an
+interrupted export leaves nothing a library would load, and `out` may hold only a previous export of the same
+format (anything else is refused, or replaced whole with `overwrite=true`). The formats'
 libraries are the optional `[interop]` extra (`pip install "transformer-lab[interop]"`). What each file
 holds, weight by weight: docs/interop.md and `transformer_lab.interop`. The other direction is
 `ckpt_path=hf:<folder>` in any tool (`transformer_lab.load("hf:<folder>")`). `to=sae_lens` writes an SAE
@@ -19,8 +22,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, run
+from transformer_lab.cli import output_dir, parse_key_values, run, starting
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.files import write_text
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -28,11 +32,22 @@ if TYPE_CHECKING:
     from transformer_lab.checkpoint import Checkpoint
 
 FORMATS = ("transformer_lens", "huggingface", "onnx", "sae_lens")  # interop.FORMATS, without torch
+WRITES = {  # the files each format writes: a folder of these alone is an earlier export, replaced whole
+    "transformer_lens": {"config.json", "model.safetensors", "vocab.json", "tokenizer.json"},
+    "huggingface": {
+        *("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"),
+        *("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"),
+    },
+    "onnx": {"model.onnx", "model.onnx.data", "vocab.json", "tokenizer.json"},
+    "sae_lens": {"cfg.json", "sae_weights.safetensors"},
+}
 KEYS = {
     "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory, pretrained:<name> or "
     "hf:<folder>",
     "to": f"the format (required): {' | '.join(FORMATS)}",
-    "out": "the folder to write the files into (required; made if missing)",
+    "out": "the folder to write the files into (required; made if missing, or an earlier export of the same "
+    "format, replaced whole)",
+    "overwrite": "true: replace out= whole even if it holds other files (default false)",
     "prompt": "to=huggingface: the text the printed example continues (default: the start of a test example)",
     "sae": "to=sae_lens: the SAE run to write (python train.py experiment=sae ...)",
 }
@@ -51,6 +66,10 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
         require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=pretrained:shakespeare")
     require("out" in args, "missing out=...; name the folder to write into, e.g. out=exported")
     require("prompt" not in args or args["to"] == "huggingface", "prompt= is for to=huggingface")
+    require(
+        args.get("overwrite", "false") in ("true", "false"),
+        f"overwrite={args.get('overwrite')} must be true or false",
+    )
     return args
 
 
@@ -74,41 +93,64 @@ def export(checkpoint: Checkpoint, to: str, out: Path, prompt: str | None = None
     interop.check_format(to)
     require(to != "sae_lens", "to=sae_lens writes an SAE run (sae=), not a model")
     model = checkpoint.model.cpu()
-    if to == "transformer_lens":
-        from transformer_lab.interop import transformer_lens
-
-        transformer_lens.check(model.config)
-        return transformer_lens.export(model, out)
+    tokenizer_json = (checkpoint.contents.get("task") or {}).get("tokenizer")  # a BPE's, or None
     if to == "huggingface":
         from transformer_lab.interop import huggingface
 
         huggingface.check(model.config)
-        record = checkpoint.contents.get("task") or {}
         separator = checkpoint.tokenizer.separator
         text = prompt if prompt is not None else example_prompt(checkpoint)
-        return huggingface.export(model, out, separator, text, record.get("tokenizer"))
-    from transformer_lab.interop import onnx
+        return huggingface.export(model, out, separator, text, tokenizer_json)  # its tokenizer.json inside
+    if to == "transformer_lens":
+        from transformer_lab.interop import transformer_lens
 
-    return onnx.export(model, out)
+        transformer_lens.check(model.config)
+        lines = transformer_lens.export(model, out)
+    else:
+        from transformer_lab.interop import onnx
+
+        lines = onnx.export(model, out)
+    if tokenizer_json is not None:  # text to tokens as the model's own tokenizer makes them
+        write_text(out / "tokenizer.json", tokenizer_json)
+        lines.append(
+            "and tokenizer.json, the model's tokenizer: tokenizers.Tokenizer.from_file(...).encode(text).ids"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = output_dir(args["out"], "out")
+    from transformer_lab.files import replacing_folder, require_replaceable
+
+    overwrite = args.get("overwrite") == "true"
+    require_replaceable(out, "out", WRITES[args["to"]], overwrite)  # before the model is read
     if args["to"] == "sae_lens":
         from transformer_lab.interop import sae_lens
         from transformer_lab.sae_checkpoint import load_sae
 
+        starting(f"Loading {args['sae']} to export it to sae_lens")
         run = load_sae(args["sae"], source=args.get("ckpt_path"))
         model = (run.record or {}).get("location") or (run.record or {}).get("model_name") or "none"
-        for line in sae_lens.export(run.sae, out, model, args["sae"]):
-            print(line)
+        with replacing_folder(out, "out", WRITES["sae_lens"], overwrite) as folder:
+            lines = sae_lens.export(run.sae, folder, model, args["sae"])
+        for line in lines:
+            print(line.replace(str(folder), str(out)))  # the folder by the name it has now
         return
+    starting(f"Loading {args['ckpt_path']} to export it to {args['to']}")
     from transformer_lab.checkpoint import load
 
     checkpoint = load(args["ckpt_path"], device="cpu")
-    for line in export(checkpoint, args["to"], out, args.get("prompt")):
-        print(line)
+    with replacing_folder(out, "out", WRITES[args["to"]], overwrite) as folder:
+        lines = export(checkpoint, args["to"], folder, args.get("prompt"))
+        written = {p.name for p in folder.iterdir()}
+        require(
+            written <= WRITES[args["to"]],
+            f"to={args['to']} wrote {', '.join(sorted(written - WRITES[args['to']]))}, which export.WRITES "
+            "does not list; report it",
+        )
+    for line in lines:
+        print(line.replace(str(folder), str(out)))  # the folder by the name it has now
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     write_atomically(path, lambda f: f.write(data))   # to a temporary file beside `path`, then renamed
     read_yaml(run / ".hydra" / "overrides.yaml")      # a run's file, made by whoever made the run
+    with reading("data.path: corpus/a.parquet"):     # the one boundary for files from elsewhere
+        ...                                           # any failure inside: one ConfigError naming the file
 
 Everything a run directory holds may come from someone else (a run folder copied from a colleague, an
 experiment file on a search path), so the readers here refuse, in one line naming the file, what would
@@ -10,13 +12,17 @@ a symlink (never followed), a file larger than a run file can be, and YAML alias
 aliases expand to 10^9 nodes).
 """
 
+import contextlib
+import glob
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -26,14 +32,47 @@ from transformer_lab.errors import ConfigError, require
 from transformer_lab.limits import require_memory, size_text
 
 MAX_RUN_FILE = 16 * 2**20  # a run's config, overrides or metrics are kilobytes
+MAX_REASON = 160  # characters of a library's own message kept in the one line
+
+
+def first_line(exc: BaseException) -> str:
+    """A library's message as a short phrase: its first line, spaces collapsed, cut at `MAX_REASON`."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = " ".join(lines[0].split()) if lines else type(exc).__name__
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
+
+
+@contextmanager
+def reading(what: str, failed: str = "cannot be read") -> Iterator[None]:
+    """The one boundary for files from elsewhere: inside it, reading or parsing a file that a user or
+    someone else made (a corpus, a tokenizer, a config, weights, a run's files) can fail only as a
+    one-line ConfigError that names `what` (the file, and the key that named it).
+
+    Libraries fail in their own ways on a bad file: `OSError: Corrupt snappy compressed data` (pyarrow),
+    `SafetensorError`, `TypeError: unhashable type`, and the Rust libraries' `PanicException`, which
+    derives from BaseException, so that `except Exception` misses it. Every one becomes `<what> <failed>
+    (<the library's first line>)`; the program then ends as after any config error (exit 2, nothing left
+    behind). Only what stops the program on purpose passes through: Ctrl-C, SIGTERM (`signals`), exit.
+    MemoryError is named as what it is: the file asks for more memory than there is."""
+    from transformer_lab.signals import Stop
+
+    try:
+        yield
+    except (ConfigError, KeyboardInterrupt, SystemExit, GeneratorExit, Stop):
+        raise
+    except MemoryError:
+        raise ConfigError(f"{what} {failed}: it needs more memory than this machine has free") from None
+    except RecursionError as exc:
+        raise ConfigError(f"{what} {failed} (it is nested too deeply)") from exc
+    except BaseException as exc:  # native libraries' panics are BaseExceptions
+        kind = "the library under it panicked: " if type(exc).__name__ == "PanicException" else ""
+        raise ConfigError(f"{what} {failed} ({kind}{first_line(exc)})") from exc
 
 
 def default_mode() -> int:
     """The permissions a new file gets under this process's umask (mkstemp's own files get 0600, which
     would make a shared run directory unreadable to the others who share it)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    return 0o666 & ~_umask()
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
@@ -59,6 +98,81 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> P
 def write_text(path: str | Path, text: str) -> Path:
     """`text` written to `path` all at once (`write_atomically`), never through a symlink."""
     return write_atomically(path, lambda f: f.write(text.encode()))
+
+
+def write_figure(path: str | Path, figure: object, dpi: int = 100) -> Path:
+    """A matplotlib figure saved to `path` all at once (`write_atomically`), in the format its suffix
+    names (.png, .svg): an interrupted save leaves the previous figure, and no file half written."""
+    path = Path(path)
+    return write_atomically(path, lambda f: figure.savefig(f, format=path.suffix[1:] or "png", dpi=dpi))
+
+
+def require_replaceable(out: Path, key: str, own_files: set[str], overwrite: bool = False) -> None:
+    """A one-line ConfigError unless `out` may be replaced by a new folder of results: missing, empty or
+    a previous result of the same kind (only regular files named in `own_files`), or anything but a
+    symlink with `overwrite`. The user's other files, another format's export, or a symlink inside that a
+    write would follow out of the folder are refused before any work is done."""
+    require(not out.is_symlink(), f"{key}={out} is a symlink; name a folder of its own to write into")
+    if out.exists() and not overwrite:
+        entries = sorted(out.iterdir())
+        others = [p.name for p in entries if p.is_symlink() or not p.is_file() or p.name not in own_files]
+        require(
+            not others,
+            f"{key}={out} holds {', '.join(others[:4])}{' ...' if len(others) > 4 else ''}, which this did "
+            f"not write; choose a new or empty folder, or add overwrite=true to replace {out} whole",
+        )
+
+
+@contextmanager
+def replacing_folder(out: Path, key: str, own_files: set[str], overwrite: bool = False) -> Iterator[Path]:
+    """A new, empty folder beside `out` to write a folder of results into; when the block ends without
+    an error, it is renamed to `out` (replacing a previous one whole, `require_replaceable`; with
+    `overwrite` whatever is there, its links removed, never followed). An error, Ctrl-C or SIGTERM inside
+    removes it, so `out` is never half written: a library pointed at it finds the previous result or none,
+    never a model without its vocabulary. A folder left by a process that was killed (SIGKILL runs no
+    cleanup) is removed at the next write."""
+    require_replaceable(out, key, own_files, overwrite)
+    prefix = f".{out.name}."
+    for stale in out.parent.glob(f"{glob.escape(prefix)}*.tmp"):
+        pid = stale.name.removeprefix(prefix).split(".")[0]
+        if stale.is_dir() and not stale.is_symlink() and pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    made = [p for p in (out.parent, *out.parent.parents) if not p.exists()]  # out= in folders to be made
+    out.parent.mkdir(parents=True, exist_ok=True)
+    folder = out.parent / f"{prefix}{os.getpid()}.tmp"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    try:
+        yield folder
+        if out.exists():
+            old = out.parent / f"{prefix}{os.getpid()}.old.tmp"
+            os.rename(out, old)
+            os.rename(folder, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(folder, out)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        for parent in made:  # the deepest first: what this made for out=, now empty
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def stale_temporary_files(folder: Path) -> list[Path]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.errors import require
+from transformer_lab.files import write_figure
 
 OWN_KEYS = ("out_dir", "num_examples")
 
@@ -136,9 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     title = f"At initialisation, scale_attention={config.scale_attention} (d_k={rows[0]['d_k']})"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "attention_grid.png"
-    figures.attention_grid([m.detach() for m in maps[: len(rows)]], labels, title=title).savefig(
-        path, dpi=100
-    )
+    write_figure(path, figures.attention_grid([m.detach() for m in maps[: len(rows)]], labels, title=title))
     print(f"Wrote {path}")
 
 

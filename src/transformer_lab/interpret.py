@@ -34,8 +34,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, to_number
+from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, starting, to_number
 from transformer_lab.errors import as_config_error, require
+from transformer_lab.files import write_figure, write_text
 
 if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
@@ -61,12 +62,16 @@ DEFAULT_EXAMPLES = {
     "circuit": 64,
     "features": 256,
 }
+PASSES = {  # forward passes per example of the analyses whose default count fits a time budget
+    "heads": lambda model: len(model.attention_layers()) * model.config.num_heads + 4,  # each head off
+    "lens": lambda model: 2,
+}
 KEYS = {
     "ckpt_path": "checkpoint to analyse (required, but with sae=), e.g. <run>/checkpoints/best.ckpt",
     "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | features (required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
-    "num_examples": "how many test examples (default: heads 512, patching 64, lens 512, faithfulness 16, "
-    "dynamics 256)",
+    "num_examples": "how many test examples (default: heads 512 and lens 512, or as many as fit 15 s on this "
+    "machine; patching 64, faithfulness 16, dynamics 256)",
     "method": "heads: zero | mean ablation (default zero); circuit: {circuit_methods} (default eap, or "
     "eap_ig with metric=kl)",  # the registry's methods when the help is shown: keys()
     "metric": "circuit: logit_diff | logprob | kl (default: logit_diff where the task has a corruption, "
@@ -156,8 +161,8 @@ def parse_heads(text: str) -> list[tuple[int, int]]:
 
 def write(out_dir: Path, name: str, numbers: dict, figure) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}.json").write_text(json.dumps(numbers, indent=1) + "\n")
-    figure.savefig(out_dir / f"{name}.png", dpi=100)
+    write_text(out_dir / f"{name}.json", json.dumps(numbers, indent=1) + "\n")
+    write_figure(out_dir / f"{name}.png", figure)
     print(f"Wrote {name}.png and {name}.json to {out_dir}")
 
 
@@ -195,7 +200,7 @@ def analyse_heads(model, inputs, labels, task, args, out_dir: Path) -> None:
     write(out_dir, "heads", numbers, figures.head_ablation(result))
     layers = [layer.label for layer in model.attention_layers()]
     title = f"Per-head measures on {inputs[0].size(0)} example(s)"
-    figures.head_measures(tables, layers, title).savefig(out_dir / "measures.png", dpi=100)
+    write_figure(out_dir / "measures.png", figures.head_measures(tables, layers, title))
     print(f"Wrote measures.png to {out_dir}")
 
 
@@ -462,6 +467,14 @@ def interpret(args: dict[str, str]) -> None:
                 f"analysis={analysis} measures; use its test examples (num_examples=)",
             )
         else:
+            if analysis in PASSES and "num_examples" not in args:  # as many as fit the time budget
+                from transformer_lab.analysis.budget import examples_within
+
+                probe, _ = checkpoint.examples(min(8, count))
+                passes = PASSES[analysis](model)
+                count, line = examples_within(model, probe, passes, count, f"analysis={analysis}")
+                if line:
+                    print(line)
             inputs, labels = checkpoint.examples(count, exact="num_examples" in args)
         if analysis == "heads":
             analyse_heads(model, inputs, labels, checkpoint.task, args, out_dir)
@@ -478,7 +491,9 @@ def interpret(args: dict[str, str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    interpret(parse_args(argv))
+    args = parse_args(argv)
+    starting(f"Loading {args.get('ckpt_path') or args.get('sae')} for analysis={args['analysis']}")
+    interpret(args)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from transformer_lab.analysis.circuits import methods, options  # no torch: the registry and the choices
 from transformer_lab.cli import to_number
 from transformer_lab.errors import ConfigError, as_config_error
+from transformer_lab.files import write_figure, write_text
 
 if TYPE_CHECKING:
     from transformer_lab.analysis.circuits.evaluation import Circuit
@@ -298,11 +299,11 @@ def analyse_circuit(
         )
     print(summary(result, args["ckpt_path"], checkpoint.output_names))
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "circuit.json").write_text(json.dumps(result.to_dict(), indent=1) + "\n")
+    write_text(out_dir / "circuit.json", json.dumps(result.to_dict(), indent=1) + "\n")
     title = f"{args['ckpt_path']}: {result.method} ({result.num_examples} examples, {result.metric})"
     figure = circuit_graph(result, title)
     for suffix in ("png", "svg"):
-        figure.savefig(out_dir / f"circuit.{suffix}", dpi=100)
+        write_figure(out_dir / f"circuit.{suffix}", figure)
     print(f"Wrote circuit.png, circuit.svg and circuit.json to {out_dir}")
     return result
 
@@ -326,4 +327,4 @@ def grade_explanations(
     path = out_dir / "faithfulness.json"
     numbers = json.loads(path.read_text()) if path.is_file() else {}
     numbers["answer_key_auc"] = grades
-    path.write_text(json.dumps(numbers, indent=1) + "\n")
+    write_text(path, json.dumps(numbers, indent=1) + "\n")

@@ -9,6 +9,7 @@ cgroup uses) and the address-space limit (RLIMIT_AS), each where it exists.
 """
 
 import os
+import re
 import resource
 import time
 from pathlib import Path
@@ -59,6 +60,24 @@ def size_text(num_bytes: float) -> str:
         if num_bytes >= size:
             return f"{num_bytes / size:.1f} {unit}"
     return f"{int(num_bytes)} bytes"
+
+
+SIZE_UNITS = {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+
+def parse_size(value: object, key: str) -> int | None:
+    """A size written `4MB`, `1.5 GB`, `500kB` or a number of bytes, as bytes (None stays None); a
+    one-line ConfigError naming `key` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return int(value)
+    match = re.fullmatch(r"\s*([\d.]+)\s*([KMGT]?B)\s*", str(value), flags=re.IGNORECASE)
+    require(
+        match is not None and match.group(1).count(".") <= 1,
+        f"{key}={value!r} is not a size; write it as 500KB, 64MB or 2GB (or null: no limit)",
+    )
+    return int(float(match.group(1)) * SIZE_UNITS[match.group(2).upper()])
 
 
 def require_memory(num_bytes: float, what: str, fix: str) -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from transformer_lab.cli import ArgumentParser, run
 from transformer_lab.deprecated import forward
 from transformer_lab.errors import require
+from transformer_lab.files import write_figure
 
 if TYPE_CHECKING:  # Hydra, torch and matplotlib load after the arguments are parsed (fast --help)
     from omegaconf import DictConfig
@@ -137,7 +138,7 @@ def draw_lr_schedule(overrides: list[str], out_dir: Path) -> list[Path]:
 
 def save(figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
+    write_figure(path, figure)
     return path
 
 

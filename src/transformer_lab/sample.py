@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import parse_key_values, pick_device, run, to_number
+from transformer_lab.cli import parse_key_values, pick_device, run, starting, to_number
 from transformer_lab.errors import as_config_error, require
 
 if TYPE_CHECKING:  # torch and the model load after the arguments are parsed (fast --help)
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
     require("prompt" not in args or "source" not in args, "pass either source= or prompt=, not both")
     require("beam_size" not in args or "source" in args, "beam_size= goes with source= (a task's input)")
+    starting(f"Loading {args['ckpt_path']}")
     from transformer_lab.checkpoint import load
 
     checkpoint = load(args["ckpt_path"], device=pick_device(args.get("device", "auto")))

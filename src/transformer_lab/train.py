@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from transformer_lab import signals
 from transformer_lab.cli import path_refused
 from transformer_lab.errors import ConfigError, Terminated, TrainingFailed
 from transformer_lab.training import console
@@ -122,12 +123,17 @@ def require_same_dir(value: dict[str, str], run: Path) -> None:
 
 
 def main() -> None:
-    """`python train.py` / `python -m transformer_lab.train`: check, then hand over to Hydra."""
+    """`python train.py` / `python -m transformer_lab.train`: check, then hand over to Hydra. Ctrl-C and
+    SIGTERM outside Lightning's fit and test (which stop at a batch's end: callbacks/ctrl_c.py) end here."""
+    signals.install()
     try:
         argv = prepare(sys.argv[1:])
     except KeyboardInterrupt:
-        print(f"error: {interrupted([])}", file=sys.stderr)
+        print(f"error: {interrupted([], 'Ctrl-C')}", file=sys.stderr)
         sys.exit(130)
+    except signals.Stop as stop:
+        print(f"error: {interrupted([], stop.signal_name)}", file=sys.stderr)
+        sys.exit(stop.exit_status)
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
@@ -136,24 +142,31 @@ def main() -> None:
         print(f"error: {where}{path_refused(error)}", file=sys.stderr)
         sys.exit(2)
     sys.argv = [sys.argv[0], *argv]
+    for key, what in (("hydra.run.dir=", "run"), ("hydra.sweep.dir=", "sweep")):
+        given = [a.removeprefix(key) for a in argv if a.startswith(key)]
+        if given and sys.stdout.isatty():  # a person waits: say so before Hydra, PyTorch and Lightning load
+            print(f"Starting the {what} in {given[-1]}", flush=True)
     try:
         hydra_main()
-    except KeyboardInterrupt:  # before fit or test began (they stop at a batch's end: callbacks/ctrl_c.py)
-        print(f"error: {interrupted(argv)}", file=sys.stderr)
+    except KeyboardInterrupt:  # before fit or test began (reading the data, say)
+        print(f"error: {interrupted(argv, 'Ctrl-C')}", file=sys.stderr)
         sys.exit(130)
+    except signals.Stop as stop:
+        print(f"error: {interrupted(argv, stop.signal_name)}", file=sys.stderr)
+        sys.exit(stop.exit_status)
 
 
-def interrupted(argv: list[str]) -> str:
-    """The line for Ctrl-C outside Lightning's fit and test: a run directory that holds nothing of the run
-    yet is removed, as after a config error."""
+def interrupted(argv: list[str], cause: str) -> str:
+    """The line for Ctrl-C or SIGTERM (`cause`) outside Lightning's fit and test: a run directory that
+    holds nothing of the run yet is removed, as after a config error."""
     given = [
         a.split("=", 1)[1].strip("'\"") for a in argv if a.startswith(("hydra.run.dir=", "hydra.sweep.dir="))
     ]
     if given:
         remove_unused_run_dir(Path(given[-1]))
         if Path(given[-1]).exists():
-            return f"stopped by Ctrl-C; what the run wrote is in {given[-1]}"
-    return "stopped by Ctrl-C before training began; nothing was kept"
+            return f"stopped by {cause}; what the run wrote is in {given[-1]}"
+    return f"stopped by {cause} before training began; nothing was kept"
 
 
 if __name__ == "__main__":

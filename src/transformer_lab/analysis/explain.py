@@ -137,17 +137,36 @@ def gradient_attention(
         return _relevance(maps, _chosen_logit(logits, position, target), retain_graph=False)
 
 
+BATCHED_BYTES = 256 * 2**20  # the gradients of the maps for a chunk of output positions at once
+
+
 def gradient_attention_all(model: HookedModule, x: Tensor) -> Tensor:
     """Relevance of every input for every output's predicted class: [B, T, T] whose row t is row t of
-    `gradient_attention(model, x, t)`. One forward pass, then one backward pass per position."""
+    `gradient_attention(model, x, t)`. One forward pass, then a backward pass per output position, run
+    several at a time (`is_grads_batched`: the same passes, vectorised, 2-3x faster on a CPU), in chunks
+    whose gradients of the attention maps take at most `BATCHED_BYTES`."""
     with evaluating(model, autograd="on"):
         logits, maps = _logits_and_maps(model, (x.clone(),))
         seq_len = x.size(1)
-        rows = [
-            _relevance(maps, _chosen_logit(logits, t, None), retain_graph=t < seq_len - 1)[:, t]
-            for t in range(seq_len)
-        ]
-    return torch.stack(rows, dim=1)
+        scores = logits.float().log_softmax(dim=-1)
+        chosen = scores.gather(-1, scores.argmax(dim=-1, keepdim=True))[..., 0]  # log p(prediction) [B, T]
+        per_position = sum(m.numel() * m.element_size() for m in maps)
+        chunk = max(1, min(seq_len, BATCHED_BYTES // per_position))
+        rows = []
+        for start in range(0, seq_len, chunk):
+            positions = torch.arange(start, min(start + chunk, seq_len), device=x.device)
+            # grad_outputs[i] selects output position positions[i] of every sequence
+            select = torch.zeros(len(positions), *chosen.shape, dtype=chosen.dtype, device=x.device)
+            select[torch.arange(len(positions)), :, positions] = 1.0
+            last = start + chunk >= seq_len
+            grads = torch.autograd.grad(chosen, maps, select, retain_graph=not last, is_grads_batched=True)
+            eye = torch.eye(seq_len, dtype=maps[0].dtype, device=x.device)
+            relevance = eye.expand(len(positions), *maps[0][:, 0].shape).clone()  # [P, B, T, T]
+            for attention, grad in zip(maps, grads, strict=True):
+                a_bar = (grad * attention).clamp(min=0).mean(dim=2)  # Chefer et al.'s rule, per position
+                relevance = relevance + a_bar @ relevance
+            rows += [relevance[i, :, t] for i, t in enumerate(positions.tolist())]
+    return torch.stack(rows, dim=1).detach()
 
 
 def row_shares(matrix: Tensor) -> Tensor:

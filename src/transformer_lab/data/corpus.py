@@ -5,15 +5,20 @@
     for piece in corpus.pieces(): ...      # the text, in pieces of about 64 K characters, in order
 
 A `.txt` file is one document; each line of a `.jsonl` file is one (the string under `data.text_key`), as is
-each row of a `.parquet` file (the column `data.text_key`). Files are read in sorted order and never whole:
-a piece is at most `PIECE_CHARS` characters, cut after a line break that a word follows, where a GPT-2
-style tokenizer would split anyway (a piece boundary then changes no token). Memory stays flat however large
-the corpus is.
+each row of a `.parquet` file (the column `data.text_key`); a record whose text is null or empty is no
+document, and is counted (`empty_records`, shown when the corpus is tokenized). Files are read in sorted
+order and never whole: a piece is at most `PIECE_CHARS` characters, cut after a line break that a word
+follows, where a GPT-2 style tokenizer would split anyway (a piece boundary then changes no token). A run
+of more than `MAX_RUN` characters without whitespace (a file that is one long line of letters, base64,
+DNA) is cut every `MAX_RUN` characters, so that no word a tokenizer sees is longer. Memory stays flat
+however large the corpus is.
 
-The files may come from anywhere, so each is refused in one line naming it when it cannot be text: a
-FIFO or a device (reading would block or never end), a file that cannot be opened, a NUL byte (binary),
-bytes that are not UTF-8, a .jsonl line that is not a JSON object with a string field, a parquet file
-without the column. A corpus with no text at all is refused too.
+The files may come from anywhere, so each is read inside `files.reading` (any failure of a library under
+it, a corrupt parquet page or a native panic, is one line naming the file), and refused in one line when it
+cannot be text: a FIFO or a device (reading would block or never end), a file that cannot be opened, a NUL
+byte (binary), bytes that are not UTF-8, a lone surrogate (`"\\ud800"` in a .jsonl string: no UTF-8 can
+hold it), a .jsonl line that is not a JSON object (an array, a number, `null`) or whose text field is not a
+string, a parquet file without the column. A corpus with no text at all is refused too.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.files import reading
 from transformer_lab.limits import size_text
 
 KINDS = {".txt": "txt", ".jsonl": "jsonl", ".parquet": "parquet"}
@@ -38,6 +44,8 @@ READ_BYTES = 1 << 22  # bytes per read of a .txt file
 MAX_LINE = 1 << 28  # a .jsonl line longer than 256 MB is not a document of text
 MAX_HASHED_FILES = 1_000_000  # a glob matching more files than this is surely a mistake
 LINE_START = re.compile(r"\n(?=\S)")  # a line break a word follows: a cut that changes no token
+MAX_RUN = 256  # characters without whitespace that a piece may hold in a row (a word is never longer)
+LONG_RUN = re.compile(rf"\S{{{MAX_RUN + 1},}}")
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,8 @@ class Piece:
 def split_text(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
     """`text` in pieces of about `size` characters, each cut right after a line break followed by a
     non-space character (GPT-2's pre-tokenizer splits there too, so encoding the pieces gives the tokens
-    of the whole). A text with no such break within 4 x `size` characters is cut at `size`."""
+    of the whole). A text with no such break within 4 x `size` characters is cut at `size`. A run of
+    more than `MAX_RUN` characters without whitespace is cut every `MAX_RUN` characters (`cut_long_runs`)."""
     start = 0
     while len(text) - start > size:
         cut = None
@@ -63,10 +72,23 @@ def split_text(text: str, size: int = PIECE_CHARS) -> Iterator[str]:
         if cut is None:
             match = LINE_START.search(text, start + size, start + 4 * size)
             cut = match.end() if match else start + size
-        yield text[start:cut]
+        yield from cut_long_runs(text[start:cut])
         start = cut
     if start < len(text):
-        yield text[start:]
+        yield from cut_long_runs(text[start:])
+
+
+def cut_long_runs(piece: str) -> Iterator[str]:
+    """`piece`, cut inside each run of non-whitespace every `MAX_RUN` characters. A tokenizer reads each
+    piece on its own, so no word it sees is longer than that: a corpus that is one long line of letters
+    is then words of 256 characters, not of 64 K (the BPE trainer keeps about 50 bytes per character
+    of every distinct word, and splits each word's merges over its length)."""
+    start = 0
+    for run in LONG_RUN.finditer(piece):
+        for cut in range(run.start() + MAX_RUN, run.end(), MAX_RUN):
+            yield piece[start:cut]
+            start = cut
+    yield piece[start:]
 
 
 def is_glob(path: str) -> bool:
@@ -82,6 +104,7 @@ class Corpus:
         self.text_key = text_key
         self.what = what
         self.skipped: list[Path] = []  # files of other kinds in a folder
+        self.empty_records = 0  # .jsonl lines and .parquet rows whose text is null or empty, last reading
         self.files = self._find()
         self.total_bytes = sum(f.stat().st_size for f in self.files)
 
@@ -172,12 +195,13 @@ class Corpus:
     # ------------------------------------------------------------------ the text
     def pieces(self) -> Iterator[Piece]:
         """Every document's text in pieces, in order (documents without text are left out)."""
-        document = 0
+        document, self.empty_records = 0, 0
         for file in self.files:
             reader = {"txt": self._txt, "jsonl": self._jsonl, "parquet": self._parquet}[self.kind(file)]
-            for texts in reader(file):
-                yield from self._pieces_of(texts, document)
-                document += 1
+            with reading(f"{self.what}: {file}"):
+                for texts in reader(file):
+                    yield from self._pieces_of(texts, document)
+                    document += 1
 
     def texts(self) -> Iterator[str]:
         """The pieces' text alone (what a tokenizer trains on)."""
@@ -254,20 +278,29 @@ class Corpus:
                         f"{self.what}: {file} line {number} is not JSON ({reason}); each line of a .jsonl "
                         "file is one JSON object"
                     ) from None
-                text = record.get(self.text_key) if isinstance(record, dict) else None
-                if text is None and isinstance(record, dict) and self.text_key not in record:
+                if not isinstance(record, dict):
+                    raise ConfigError(
+                        f"{self.what}: {file} line {number} is {_json_kind(record)}, not a JSON object; each "
+                        f"line of a .jsonl file is one object with its text under {self.text_key!r}: fix or "
+                        "remove the line"
+                    )
+                if self.text_key not in record:
                     keys = ", ".join(sorted(record)[:8])
                     raise ConfigError(
                         f"{self.what}: {file} line {number} has no field {self.text_key!r} (it has: {keys}); "
                         "set data.text_key= to the field holding the text"
                     )
+                text = record[self.text_key]
                 require(
                     isinstance(text, str) or text is None,
                     f"{self.what}: {file} line {number}: {self.text_key!r} is not a string "
-                    f"(a {type(text).__name__}); set data.text_key= to the field holding the text",
+                    f"({_json_kind(text)}); set data.text_key= to the field holding the text",
                 )
-                if text:
-                    yield ((piece, len(piece.encode())) for piece in split_text(text))
+                if not text:
+                    self.empty_records += 1
+                    continue
+                _require_encodable(text, f"{self.what}: {file} line {number}'s {self.text_key!r}")
+                yield ((piece, len(piece.encode())) for piece in split_text(text))
 
     def _parquet(self, file: Path) -> Iterator[Iterator[tuple[str, int]]]:
         import pyarrow as pa
@@ -290,11 +323,29 @@ class Corpus:
             f"{self.what}: {file}'s column {self.text_key!r} holds {field.type}, not text; set "
             "data.text_key= to the column holding the text",
         )
-        try:
-            for batch in parquet.iter_batches(batch_size=1024, columns=[self.text_key]):
-                for text in batch.column(0).to_pylist():
-                    if text:
-                        yield ((piece, len(piece.encode())) for piece in split_text(text))
-        except pa.ArrowException as exc:
-            reason = " ".join(str(exc).split())[:120]
-            raise ConfigError(f"{self.what}: {file} is not a readable parquet file ({reason})") from None
+        for batch in parquet.iter_batches(batch_size=1024, columns=[self.text_key]):
+            for text in batch.column(0).to_pylist():  # a corrupt page: an OSError, made one line by `reading`
+                if not text:
+                    self.empty_records += 1
+                    continue
+                yield ((piece, len(piece.encode())) for piece in split_text(text))
+
+
+def _json_kind(value: object) -> str:
+    """How a JSON value is named in an error: `an array`, `null`, `a number`."""
+    if value is None:
+        return "null"
+    kinds = {bool: "true or false", int: "a number", float: "a number", list: "an array", str: "a string"}
+    return kinds.get(type(value), "an object")
+
+
+def _require_encodable(text: str, where: str) -> None:
+    """A one-line ConfigError for a string that holds a lone surrogate (JSON's `"\\ud800"` escape makes
+    one): it is not text, and no UTF-8 file or tokenizer can hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{where} holds a lone surrogate ({text[exc.start]!a} at character {exc.start}), which is not "
+            "text; fix the record (a JSON writer made it from broken UTF-16)"
+        ) from None

@@ -169,8 +169,15 @@ class TextDataModule(TaskDataModule):
         require(
             Path(name).exists() or Path(name).is_symlink(),
             f"data.tokenizer={name} is neither {' nor '.join(self.tokenizer_kinds)} nor a tokenizer.json "
-            "file",
+            "file (or a folder holding one)",
         )
+        if Path(name).is_dir():  # a model's folder (save_pretrained): its tokenizer.json
+            require(
+                (Path(name) / "tokenizer.json").exists(),
+                f"data.tokenizer={name} is a folder without a tokenizer.json; name the file, or a folder "
+                "saved with save_pretrained",
+            )
+            name = str(Path(name) / "tokenizer.json")
         tokenizer = BPETokenizer.from_file(name)
         return tokenizer, f"{tokenizer.kind}, {len(tokenizer)} tokens (from {name})"
 

@@ -32,7 +32,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from transformer_lab.data import tokenizer_spec
 from transformer_lab.errors import ConfigError, require
+from transformer_lab.files import reading
 from transformer_lab.limits import size_text
 
 if TYPE_CHECKING:
@@ -206,11 +208,9 @@ class BPETokenizer:
             f"{where} is not a tokenizer.json (no model with a type); pass one written by Hugging Face "
             "tokenizers (tokenizer.save)",
         )
-        try:
+        tokenizer_spec.check(spec, where)  # before tokenizers runs any of its regular expressions
+        with reading(where, "is not a tokenizer.json tokenizers can read"):  # it may raise anything, or panic
             hf = HFTokenizer.from_str(text)
-        except Exception as exc:  # tokenizers raises plain Exception for any bad field
-            reason = " ".join(str(exc).split())[:160]
-            raise ConfigError(f"{where} is not a tokenizer.json tokenizers can read ({reason})") from None
         vocab = hf.get_vocab(with_added_tokens=True)
         require(
             0 < len(vocab) <= MAX_VOCAB,
@@ -226,6 +226,7 @@ class BPETokenizer:
         hf.encode_special_tokens = True
         self._hf = hf
         self._spec = spec
+        self.where = where
         self.json = hf.to_str()
         itos = [""] * len(vocab)
         for token, index in vocab.items():
@@ -284,9 +285,10 @@ class BPETokenizer:
 
     def encode_array(self, text: str, check: bool = True) -> np.ndarray:
         """The text's ids as an int64 array (`check`: refuse characters the tokenizer cannot encode)."""
+        with reading(f"the tokenizer of {self.where}", "failed on the text"):
+            encoding = self._hf.encode(text, add_special_tokens=False)
         if not check or self.byte_level:
-            return np.array(self._hf.encode(text, add_special_tokens=False).ids, dtype=np.int64)
-        encoding = self._hf.encode(text, add_special_tokens=False)
+            return np.array(encoding.ids, dtype=np.int64)
         covered = np.zeros(len(text), dtype=bool)
         for (start, end), index in zip(encoding.offsets, encoding.ids, strict=True):
             if index != self.unk_id:
@@ -302,7 +304,9 @@ class BPETokenizer:
 
     def encode_many(self, texts: list[str]) -> list[np.ndarray]:
         """Several texts at once (the corpus, in pieces: tokenizers encodes them on every core)."""
-        return [np.array(e.ids, dtype=np.int64) for e in self._hf.encode_batch_fast(texts, False)]
+        with reading(f"the tokenizer of {self.where}", "failed on the text"):
+            encoded = self._hf.encode_batch_fast(texts, False)
+        return [np.array(e.ids, dtype=np.int64) for e in encoded]
 
     def decode(self, ids: Tensor | Sequence[int], skip: Collection[int] = ()) -> str:
         """The text of the ids (without those in `skip`); a character split between tokens whose other

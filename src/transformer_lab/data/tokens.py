@@ -31,9 +31,9 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import stat
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -51,13 +51,17 @@ from transformer_lab.data.tokenizer import (
 )
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.limits import size_text
+from transformer_lab.progress import Progress
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: words of more than corpus.MAX_RUN characters cut (a corpus without whitespace)
 MAX_META = 1 << 20  # a meta.json is a few hundred bytes
 READ_CHUNK = 1 << 22  # bytes per read when a file's sha256 is checked
 ENCODE_CHARS = 1 << 20  # characters of text encoded per call of the tokenizer (on every core)
+LONG_WORD_CHARS = 64  # words this long almost never repeat: the BPE trainer keeps each one it sees
+LONG_WORD = re.compile(rf"\S{{{LONG_WORD_CHARS},}}")
+MAX_LONG_WORDS = 2_000_000  # characters of such words the BPE learns from (~50 bytes of memory each)
 DEFAULT_CACHE = Path("data") / "cache"  # relative to the working directory, as saved_models/ is
 
 
@@ -206,7 +210,12 @@ def locked(root: Path, name: str) -> Iterator[None]:
 
 def write_entry(root: Path, name: str, key: str, write: Callable[[Path], dict]) -> dict:
     """Make the entry `<root>/<name>`: `write(folder)` fills a temporary folder and returns what meta.json
-    says besides the files' sizes and sha256s; the folder is renamed into place (replacing a stale one)."""
+    says besides the files' sizes and sha256s; the folder is renamed into place (replacing a stale one).
+    The caller holds the entry's lock, so a temporary folder of the same entry left by a write that was
+    killed (SIGKILL runs no cleanup) is nobody's: it is removed first."""
+    for stale in root.glob(f".{glob_escape(name)}.*.tmp"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.", suffix=".tmp"))
     try:
         meta = {"format": FORMAT, "key": key, **write(tmp)}
@@ -228,6 +237,10 @@ def write_entry(root: Path, name: str, key: str, write: Callable[[Path], dict]) 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return meta
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def cached(
@@ -258,7 +271,8 @@ def corpus_tokenizer(root: Path, kind: str, corpus: Corpus, vocab_size: int) -> 
     trained on it) from the cache, made and cached if it is not there; and a line saying which."""
     started = time.perf_counter()
     if kind == "bpe":
-        key = hashlib.sha256(f"bpe|{corpus.sha256}|{corpus.text_key}|{vocab_size}".encode()).hexdigest()
+        key = f"bpe|{FORMAT}|{corpus.sha256}|{corpus.text_key}|{vocab_size}"
+        key = hashlib.sha256(key.encode()).hexdigest()
         name = f"bpe-{key[:24]}"
 
         def read(folder: Path, meta: dict) -> BPETokenizer:
@@ -277,9 +291,23 @@ def corpus_tokenizer(root: Path, kind: str, corpus: Corpus, vocab_size: int) -> 
 
         def build() -> Callable[[Path], dict]:
             def write(folder: Path) -> dict:
-                tokenizer = train_bpe(corpus.texts(), vocab_size)
+                left_out = [0]
+                reading = Progress("Reading the corpus for the BPE", corpus.total_bytes, "MB", 1e6)
+                tokenizer = train_bpe(bpe_training_texts(corpus.pieces(), left_out, reading), vocab_size)
+                reading.close(f"Trained the BPE of {len(tokenizer)} tokens in {reading.elapsed:.1f} s")
                 (folder / "tokenizer.json").write_text(tokenizer.json)
-                return {"kind": "bpe", "vocab_size": len(tokenizer), "corpus_sha256": corpus.sha256}
+                if left_out[0]:
+                    log.info(
+                        f"The BPE learned from the corpus but {count(left_out[0])} characters of words of "
+                        f"{LONG_WORD_CHARS}+ characters, past the first {count(MAX_LONG_WORDS)} "
+                        "(each such word is new to the trainer and costs it memory)"
+                    )
+                return {
+                    "kind": "bpe",
+                    "vocab_size": len(tokenizer),
+                    "corpus_sha256": corpus.sha256,
+                    "long_words_left_out": left_out[0],
+                }
 
             return write
 
@@ -320,6 +348,33 @@ def corpus_tokenizer(root: Path, kind: str, corpus: Corpus, vocab_size: int) -> 
     tokenizer, built, _ = cached(root, name, key, read, build)
     how = f"built in {time.perf_counter() - started:.1f} s" if built else "cached"
     return tokenizer, f"{kind}, {len(tokenizer)} tokens ({how}: {root / name})"
+
+
+def bpe_training_texts(pieces: Iterator[Piece], left_out: list[int], progress: Progress) -> Iterator[str]:
+    """The text the BPE trainer learns from: all of it, but the words of 64 or more characters past the
+    first `MAX_LONG_WORDS` characters of them (each becomes a space; `left_out[0]` counts them). The
+    trainer reads it as it counts words (`progress` shows how far), then learns the merges at the end,
+    saying nothing until it is done: a line says so when the text is read.
+
+    The trainer keeps every distinct word it sees, about 50 bytes per character. Words of prose repeat,
+    so their count grows slowly with the corpus; words of 64+ characters (a corpus without whitespace,
+    cut into words of `corpus.MAX_RUN`; URLs; base64) are nearly all distinct, and 200 MB of them would
+    take 10 GB. So the merges of such text are learned from its first 2 M characters, and memory stays
+    flat for any corpus; encoding still reads every character."""
+    seen = 0
+    for piece in pieces:
+        text = piece.text
+        if seen >= MAX_LONG_WORDS:
+            kept = LONG_WORD.sub(" ", text)
+            left_out[0] += len(text) - len(kept)
+            text = kept
+        else:
+            seen += sum(len(word) for word in LONG_WORD.findall(text))
+        progress.update(piece.nbytes)
+        if text.strip():
+            yield text
+    read = f"{progress.done / 1e6:.1f} MB in {progress.elapsed:.0f} s"
+    progress.close(f"Training the BPE: read {read}; learning the merges")
 
 
 def file_text(fd: int, path: Path) -> str:
@@ -434,6 +489,9 @@ def token_file(root: Path, corpus: Corpus, tokenizer: AnyTokenizer) -> tuple[Tok
     started = time.perf_counter()
     tokens, built, _ = cached(root, name, key, read, build)
     documents = f"{tokens.num_documents} document{'s' * (tokens.num_documents != 1)}"
+    empty = tokens.meta.get("empty_records", 0)
+    if isinstance(empty, int) and empty > 0:
+        documents += f" ({empty} record{'s' * (empty != 1)} without text skipped)"
     if not built:
         return tokens, f"{count(tokens.num_tokens)} tokens of {documents}, cached"
     seconds = max(time.perf_counter() - started, 1e-9)
@@ -473,22 +531,12 @@ def _batches(pieces: Iterator[Piece]) -> Iterator[list[Piece]]:
 
 def write_tokens(folder: Path, corpus: Corpus, tokenizer: AnyTokenizer, dtype: np.dtype) -> dict:
     """Tokenize the corpus into `folder`'s tokens.bin and documents.bin, a group of pieces at a time
-    (memory stays flat), with a progress bar on a terminal: bytes read, MB/s and tokens/s."""
-    from tqdm import tqdm
-
+    (memory stays flat), showing its progress (a bar on a terminal, a line every few seconds in a log):
+    bytes read, MB/s, tokens/s and the time left."""
     eot = tokenizer.eot_id
     started = time.perf_counter()
     num_tokens, num_documents = 0, 0
-    bar = tqdm(
-        total=corpus.total_bytes,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1000,
-        desc="Tokenizing",
-        disable=None,
-        file=sys.stderr,
-        leave=False,
-    )
+    progress = Progress("Tokenizing", total=corpus.total_bytes, unit="MB", scale=1e6)
     with open(folder / "tokens.bin", "wb") as tokens, open(folder / "documents.bin", "wb") as documents:
         documents.write(np.zeros(1, dtype="<u8").tobytes())
         for group in _batches(corpus.pieces()):
@@ -504,10 +552,9 @@ def write_tokens(folder: Path, corpus: Corpus, tokenizer: AnyTokenizer, dtype: n
                 if piece.last:
                     documents.write(np.array([num_tokens], dtype="<u8").tobytes())
                     num_documents += 1
-                bar.update(piece.nbytes)
             elapsed = max(time.perf_counter() - started, 1e-9)
-            bar.set_postfix_str(f"{count(num_tokens / elapsed)} tokens/s", refresh=False)
-    bar.close()
+            progress.update(sum(p.nbytes for p in group), f"{count(num_tokens / elapsed)} tokens/s")
+    progress.close()
     require(
         num_tokens > 0,
         f"data.path={corpus.path} holds no text (every document is empty); point it at files with text",
@@ -517,6 +564,7 @@ def write_tokens(folder: Path, corpus: Corpus, tokenizer: AnyTokenizer, dtype: n
         "num_tokens": num_tokens,
         "num_documents": num_documents,
         "seconds": round(time.perf_counter() - started, 3),
+        "empty_records": corpus.empty_records,
         "corpus": corpus.path,
         "corpus_sha256": corpus.sha256,
         "tokenizer": tokenizer.fingerprint,

@@ -43,6 +43,7 @@ __all__ = [
     "render",
     "write_page",
 ]
+PAGE_SECONDS = 8.0  # of a default page's time, for each of its two reads of the task's examples
 REFERENCE_EXAMPLES = 512  # the reference batch of mean ablation: as many test examples as interpret.py's
 
 
@@ -69,10 +70,25 @@ def _task_facts(checkpoint: object) -> dict:
         low, high = getattr(task, "min_seq_len", None), getattr(task, "max_source_len", None)
         if isinstance(low, int) and isinstance(high, int):
             facts["trained_lengths"] = (low, high)
-        facts["reference"] = checkpoint.examples(REFERENCE_EXAMPLES, exact=False)[0]
+        facts["reference"] = checkpoint.examples(_within(checkpoint, REFERENCE_EXAMPLES, 1), exact=False)[0]
     except (ConfigError, OSError, ValueError):  # no task record, or its data cannot be read here
         pass
     return facts
+
+
+def _within(checkpoint: object, usual: int, passes: int) -> int:
+    """How many of the task's examples the page reads where `usual` would take more than its share of
+    the page's time budget on this machine (a text model of millions of parameters); said in one line."""
+    from transformer_lab.analysis.budget import examples_within
+    from transformer_lab.progress import say
+
+    probe, _ = checkpoint.examples(min(8, usual), exact=False)
+    what = "the page's mean ablation" if passes == 1 else "the page's per-head measures"
+    sets = "interpret analysis=heads num_examples= reads more"
+    count, line = examples_within(checkpoint.model, probe, passes, usual, what, PAGE_SECONDS, sets)
+    if line:
+        say(line)
+    return count
 
 
 def _task_measures(checkpoint: object) -> dict | None:
@@ -81,7 +97,8 @@ def _task_measures(checkpoint: object) -> dict | None:
     if not hasattr(checkpoint, "examples"):
         return None
     try:
-        inputs, labels = checkpoint.examples(MEASURE_EXAMPLES, exact=False)
+        passes = len(checkpoint.model.attention_layers()) * checkpoint.model.config.num_heads + 4
+        inputs, labels = checkpoint.examples(_within(checkpoint, MEASURE_EXAMPLES, passes), exact=False)
         return head_measures(checkpoint.model, inputs, labels, checkpoint.task)
     except (ConfigError, OSError, ValueError):
         return None

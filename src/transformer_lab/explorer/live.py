@@ -170,12 +170,12 @@ def live_model(
     estimate = sum(t.numel() for t in {t.untyped_storage().data_ptr(): t for t in state.values()}.values())
     estimate = estimate * np.dtype(DTYPES[dtype]).itemsize * 4 // 3
     if estimate > 2 * budget:
-        return LiveModel(spec, refusal=_over_budget(estimate, budget))
+        return LiveModel(spec, refusal=_over_budget(estimate, budget, dtype))
     weights = pack_weights(model, dtype)
     means = reference_means(model, reference) if reference is not None else None
     chars = len(weights["data"]) + (len(means["data"]) if means else 0)
     if chars > budget:
-        return LiveModel(spec, refusal=_over_budget(chars, budget))
+        return LiveModel(spec, refusal=_over_budget(chars, budget, dtype))
     return LiveModel(spec, weights, means, chars)
 
 
@@ -200,10 +200,11 @@ def same_or_tied(
     return float(top[0] - top[1]) <= 1e-5 * float(logits.abs().max())
 
 
-def _over_budget(chars: int, budget: int) -> str:
+def _over_budget(chars: int, budget: int, dtype: str) -> str:
+    halves = " (weights=float16 halves them)" if dtype == "float32" else ""
     return (
         f"its weights take {chars / 1e6:.1f} MB in the page, more than the {budget / 1e6:g} MB a page may "
-        "hold (weights=float16 halves them)"
+        f"hold{halves}"
     )
 
 

@@ -6,6 +6,7 @@ needed; PNGs are rendered by the Agg backend): save it with `fig.savefig(path)`,
 """
 
 import math
+import textwrap
 
 import torch
 from matplotlib.figure import Figure
@@ -162,12 +163,18 @@ def token_map(
     _label_axes(ax, tokens, row_tokens, panel)
     ax.set_xlabel(f"{xlabel}: position and token", fontsize=9)
     ax.set_ylabel(f"{ylabel}: position and token", fontsize=9)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(wrapped(title, panel + 1.5, 10), fontsize=10)
     clipped = vmax is not None and matrix.max() > vmax
     if clipped:
         share = float((matrix > vmax).float().mean())
-        colorbar_label = (
-            f"{colorbar_label}\n(colour capped at {vmax:.2g}: the top {share:.0%} of cells saturate)"
-        )
-    fig.colorbar(image, ax=ax, shrink=0.8, label=colorbar_label, extend="max" if clipped else "neither")
+        capped = f"colour capped at {vmax:.2g}: the top {share:.0%} of cells saturate"
+        colorbar_label = f"{colorbar_label} ({capped})"
+    label = wrapped(colorbar_label, 0.8 * panel, 9)  # along the bar: 80% of the panel's height
+    fig.colorbar(image, ax=ax, shrink=0.8, label=label, extend="max" if clipped else "neither")
     return fig
+
+
+def wrapped(text: str, inches: float, fontsize: float) -> str:
+    """`text` broken into lines that fit `inches` at `fontsize` points (a character of DejaVu Sans is
+    about 0.55 of its size wide), so a small figure's title or colour-bar label is not cut off."""
+    return textwrap.fill(text, width=max(12, int(inches * 72 / (0.55 * fontsize))))

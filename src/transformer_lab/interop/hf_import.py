@@ -47,7 +47,7 @@ from torch import Tensor
 from transformer_lab.data.text import SHAKESPEARE_SHA256
 from transformer_lab.data.tokenizer import MAX_TOKENIZER_JSON, BPETokenizer
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.files import require_regular_file, require_small_unpacked, unpickling_refusal
+from transformer_lab.files import reading, require_regular_file, require_small_unpacked, unpickling_refusal
 from transformer_lab.interop import require_package
 from transformer_lab.limits import require_memory, size_text
 from transformer_lab.nn import ModelConfig, build_model
@@ -60,6 +60,10 @@ MAX_HEADER = 100 * 2**20  # safetensors' own limit on a header
 TASK = "transformer_lab.data.text.TextDataModule"
 BLOCK_SIZE = 64  # tokens per example window (at most the model's positions)
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+DTYPE_BYTES = {  # every dtype of the safetensors format, by its size in bytes
+    **{"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1},
+    **{"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1},
+}
 ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 BUFFERS = (".attn.bias", ".attn.masked_bias")  # GPT-2's causal-mask buffers, in files of older versions
 SIZES = {  # config.json key -> (ModelConfig field, required)
@@ -148,25 +152,40 @@ def read_json(path: Path, location: str, limit: int = MAX_JSON, what: str = "a s
 
 
 # ------------------------------------------------------------------------------------ the config
+KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}
+
+
+def setting(hf: dict, where: str, key: str, kind: type, default: object) -> object:
+    """config.json's `key`, of `kind` (bool, int, float, str or list) or null, else `default` where it is
+    absent; a one-line ConfigError naming the key where its value is of another type (a list where a
+    string is expected fails later as `unhashable type`, far from the file). An int is a float too; a
+    bool is no int."""
+    value = hf.get(key, default)
+    if value is None:
+        return default
+    fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    fits = fits or (kind is float and isinstance(value, int) and not isinstance(value, bool))
+    require(fits, f"{where}: {key}={json.dumps(value)[:60]} must be {KINDS[kind]}")
+    return float(value) if kind is float else value
+
+
 def gpt2_model_config(hf: dict, location: str) -> ModelConfig:
     """The DecoderLM config of a GPT-2 config.json (the module docstring's table): every size checked
     against this package's limits before anything is built, every setting the decoder lacks refused."""
     where = f"{location}/config.json"
-    kind, architectures = hf.get("model_type"), hf.get("architectures") or ["GPT2LMHeadModel"]
+    kind = setting(hf, where, "model_type", str, None)
+    architectures = setting(hf, where, "architectures", list, None) or ["GPT2LMHeadModel"]
     require(
-        kind == "gpt2" and isinstance(architectures, list) and "GPT2LMHeadModel" in architectures,
+        kind == "gpt2" and "GPT2LMHeadModel" in architectures,
         f"{where} is of a {kind!r} model ({', '.join(map(str, architectures))}); hf: opens GPT-2-family "
         "causal language models (model_type gpt2, GPT2LMHeadModel)",
     )
     sizes = {}
     for key, (field, required) in SIZES.items():
-        value = hf.get(key)
+        value = setting(hf, where, key, int, None)
         if value is None and not required:
             continue
-        require(
-            isinstance(value, int) and not isinstance(value, bool) and value > 0,
-            f"{where}: {key}={value!r} must be a positive integer",
-        )
+        require(value is not None and value > 0, f"{where}: {key}={value!r} must be a positive integer")
         require(
             value <= LIMITS[field],
             f"{where}: {key}={value} is more than this package's limit of {LIMITS[field]} ({field}); it is "
@@ -174,20 +193,18 @@ def gpt2_model_config(hf: dict, location: str) -> ModelConfig:
         )
         sizes[field] = value
     sizes.setdefault("dim_feedforward", 4 * sizes["model_dim"])  # GPT-2's n_inner=None
-    activation = hf.get("activation_function", "gelu_new")
+    activation = setting(hf, where, "activation_function", str, "gelu_new")
     require(
         activation in ACTIVATIONS,
         f"{where}: activation_function={activation!r} is not one this project's models have; they have "
         f"{', '.join(ACTIVATIONS)}",
     )
-    for key, value, fine in (
-        ("scale_attn_by_inverse_layer_idx", hf.get("scale_attn_by_inverse_layer_idx", False), False),
-        ("add_cross_attention", hf.get("add_cross_attention", False), False),
-    ):
-        require(value == fine, f"{where}: {key}={value!r}: this project's decoder has no such setting")
-    eps = hf.get("layer_norm_epsilon", 1e-5)
+    for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
+        value = setting(hf, where, key, bool, False)
+        require(not value, f"{where}: {key}={value!r}: this project's decoder has no such setting")
+    eps = setting(hf, where, "layer_norm_epsilon", float, 1e-5)
     require(
-        isinstance(eps, int | float) and math.isclose(eps, 1e-5, rel_tol=1e-6),
+        math.isclose(eps, 1e-5, rel_tol=1e-6),
         f"{where}: layer_norm_epsilon={eps!r}: this project's LayerNorms use 1e-05 (PyTorch's)",
     )
     eos = hf.get("eos_token_id")  # generation ends there, as transformers' generate ends it
@@ -197,9 +214,7 @@ def gpt2_model_config(hf: dict, location: str) -> ModelConfig:
     )
     flags = {}
     for key, field in (("scale_attn_weights", "scale_attention"), ("tie_word_embeddings", "tie_embeddings")):
-        value = hf.get(key, True)
-        require(isinstance(value, bool), f"{where}: {key}={value!r} must be true or false")
-        flags[field] = value
+        flags[field] = setting(hf, where, key, bool, True)
     # no pad_id: positions count every token, as GPT-2's do (a pad_id would make them skip padding)
     return _model_config(
         {
@@ -288,7 +303,7 @@ def read_weights(
     tensors: dict[str, Tensor] = {}
     for name in files:
         wanted = [k for k, (file, _, _) in found.items() if file == name and k in expected]
-        with safetensors.safe_open(str(folder / name), framework="pt") as f:
+        with reading(f"{location}: {name}"), safetensors.safe_open(str(folder / name), framework="pt") as f:
             for key in wanted:
                 tensors[key] = f.get_tensor(key)
     return _from_state(tensors, location, expected, skeleton)
@@ -332,7 +347,8 @@ def _header(path: Path, location: str) -> dict[str, tuple[str, tuple[int, ...]]]
             raise ConfigError(f"{location}: {path.name} has a header that is not JSON ({exc})") from None
     require(isinstance(header, dict), f"{location}: {path.name}'s header is not a JSON object")
     out = {}
-    data = size - 8 - length
+    spans = []
+    data = size - 8 - length  # the bytes after the header: every tensor's, one after the other
     for key, entry in header.items():
         if key == "__metadata__":
             continue
@@ -340,21 +356,45 @@ def _header(path: Path, location: str) -> dict[str, tuple[str, tuple[int, ...]]]
             isinstance(entry, dict)
             and isinstance(entry.get("dtype"), str)
             and isinstance(entry.get("shape"), list)
-            and all(isinstance(n, int) and n >= 0 for n in entry["shape"])
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in entry["shape"])
             and isinstance(entry.get("data_offsets"), list)
             and len(entry["data_offsets"]) == 2
-            and all(isinstance(n, int) for n in entry["data_offsets"])
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in entry["data_offsets"])
         )
         require(
             ok,
             f"{location}: {path.name}'s header entry {key!r:.80} is not a tensor's (dtype, shape, offsets)",
         )
-        start, end = entry["data_offsets"]
+        dtype, shape, (start, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        require(
+            dtype in DTYPE_BYTES,
+            f"{location}: {path.name}'s tensor {key!r:.80} has the dtype {dtype!r:.20}, which is not a "
+            "safetensors dtype",
+        )
         require(
             0 <= start <= end <= data,
             f"{location}: {path.name}'s tensor {key!r:.80} lies outside the file (truncated?)",
         )
-        out[key] = (entry["dtype"], tuple(entry["shape"]))
+        require(
+            end - start == math.prod(shape) * DTYPE_BYTES[dtype],
+            f"{location}: {path.name}'s tensor {key!r:.80} spans {end - start} bytes, but its shape "
+            f"{list(shape)} of {dtype} takes {math.prod(shape) * DTYPE_BYTES[dtype]}; the file is damaged",
+        )
+        spans.append((start, end, key))
+        out[key] = (dtype, shape)
+    position = 0
+    for start, end, key in sorted(spans):
+        require(
+            start == position,
+            f"{location}: {path.name}'s tensor {key!r:.80} "
+            + ("shares bytes with another tensor" if start < position else "leaves a gap before it")
+            + "; each tensor's bytes follow the last one's in a safetensors file: the file is damaged",
+        )
+        position = end
+    require(
+        position == data,
+        f"{location}: {path.name} has {data - position} bytes after its last tensor; the file is damaged",
+    )
     return out
 
 

@@ -90,6 +90,8 @@ def export(model: TokenModel, out: Path) -> list[str]:
         f"{model.config.output_classes}]) and vocab.json",
         "Checked with ONNX Runtime on other batch sizes and lengths than traced: logits equal PyTorch's "
         f"to {difference:.0e} (largest difference)",
+        f"It reads at most {model.config.max_len} positions, the model's context: give it no more (the last "
+        f"{model.config.max_len} tokens of a longer text)",
     ]
 
 

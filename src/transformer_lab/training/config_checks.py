@@ -3,8 +3,10 @@ and whether every value has the type its class or function expects (`seed=abc`,
 `trainer.max_steps=ten` are one-line errors, not tracebacks from deep inside a library)."""
 
 import copy
+import functools
 import importlib
 import inspect
+import re
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -167,14 +169,30 @@ def _allowed_here(path: str, target: str) -> bool:
     return target in ALLOWED_TARGETS and not path.startswith("hydra")
 
 
+@functools.cache
+def shipped_tasks() -> frozenset[str]:
+    """The tasks the package ships: the `_target_` of each of its own configs/data/*.yaml, read as text
+    (knowing them needs no import of PyTorch, so train.py's checks answer in a fraction of a second)."""
+    from importlib import resources
+
+    folder = resources.files("transformer_lab.configs").joinpath("data")
+    targets = set()
+    for entry in folder.iterdir():
+        if entry.name.endswith(".yaml"):
+            targets.update(re.findall(r"^_target_: *([\w.]+) *$", entry.read_text(), flags=re.MULTILINE))
+    return frozenset(targets)
+
+
 def check_instantiable(resolved: dict) -> None:
     """Every node Hydra or train.py would call, in a fully resolved config (hydra node included)."""
-    from transformer_lab.data.find import task_class
-
     for path, node in _walk(resolved, ""):
         target = node.get("_target_")
         if target is not None:
+            if path == "data" and str(target) in shipped_tasks():
+                continue  # one of the package's own tasks
             if path == "data" and str(target) not in ALLOWED_TARGETS:
+                from transformer_lab.data.find import task_class  # PyTorch: only for a task of one's own
+
                 try:
                     task_class(str(target))
                 except ConfigError as error:

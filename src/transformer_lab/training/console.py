@@ -179,23 +179,28 @@ def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None, sae: boo
         lines.append(f"Answer key: {'  '.join(grades)}")
     lines.append(f"Run directory: {run_dir}")
     lines.append(f"  metrics.json  {shown_path(output_dir / 'metrics.json')}")
+    last = output_dir / "checkpoints" / "last.ckpt"
     if best_ckpt:
         score = metrics.get("best_score")
         scored = f" ({metrics['metric']}={score:.4f})" if isinstance(score, int | float) else ""
         lines.append(f"  best.ckpt     {shown_path(best_ckpt)}{scored}")
+    elif last.is_file():  # stopped before its first validation: no best.ckpt, but the weights it reached
+        lines.append(f"  last.ckpt     {shown_path(last)} (no validation ran, so there is no best.ckpt)")
     snapshots = output_dir / "checkpoints" / "snapshots"
     files = sorted(snapshots.glob("step_*.ckpt"))
     if files:
         size = sum(f.stat().st_size for f in files) / 1e6
-        lines.append(f"  snapshots     {shown_path(snapshots)}/ ({len(files)} files, {size:.1f} MB on disk)")
+        many = f"{len(files)} file{'s' * (len(files) != 1)}"
+        lines.append(f"  snapshots     {shown_path(snapshots)}/ ({many}, {size:.1f} MB on disk)")
     if any(output_dir.rglob("events.out.tfevents.*")):  # none with fast_dev_run or ~logger
         lines.append(f"  TensorBoard   tensorboard --logdir {run_dir}")
     if best_ckpt and sae:
         command = f"python -m transformer_lab.interpret analysis=features sae={shown_path(best_ckpt)}"
         lines.append(f"  Features      {command}")
-    elif best_ckpt:
-        lines.append(f"  Explore       python -m transformer_lab.explore ckpt_path={shown_path(best_ckpt)}")
-    if files:
+    elif best_ckpt or last.is_file():
+        explored = shown_path(best_ckpt or last)
+        lines.append(f"  Explore       python -m transformer_lab.explore ckpt_path={explored}")
+    if len(files) > 1:
         lines.append(
             f"  Over time     python -m transformer_lab.interpret ckpt_path={run_dir} analysis=dynamics"
         )

@@ -103,9 +103,13 @@ def claim(directory: Path, explicit: bool, resuming: bool) -> Path:
     for attempt in range(1, 1000):
         taken = holds_run(candidate) and not resuming
         if taken and explicit:
+            saved = any((candidate / "checkpoints" / n).is_file() for n in ("last.ckpt", "best.ckpt"))
             raise ConfigError(
                 f"{candidate} holds another run; choose another hydra.run.dir, or continue that run with "
                 f"resume={candidate}"
+                if saved
+                else f"{candidate} holds a run that stopped before saving any checkpoint (its train.log says "
+                "how), so there is nothing to resume; remove the folder, or choose another hydra.run.dir"
             )
         if not taken:
             made = [p for p in (candidate, *candidate.parents) if not p.exists()]

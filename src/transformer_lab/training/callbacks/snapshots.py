@@ -16,12 +16,13 @@ from pathlib import Path
 import lightning as L
 
 from transformer_lab.errors import require
-from transformer_lab.limits import size_text
+from transformer_lab.limits import parse_size, size_text
 from transformer_lab.training.checkpoint_io import save_or_fail, shippable
 
 log = logging.getLogger(__name__)
 
 SPACINGS = ("log", "linear")
+SNAPSHOT_OVERHEAD = 20_000  # bytes a snapshot file holds besides its weights: settings, task record, zip
 FILE_PATTERN = "step_{step:08d}.ckpt"
 
 
@@ -73,9 +74,14 @@ class Snapshots(L.Callback):
     continues with the same schedule (over its new length, if that changed), so no step is written twice
     and none is skipped. A run that stops before its planned end (early stopping, max_time) also keeps its
     last step. `count=0` (or `~callbacks.snapshots`) keeps none. Only rank 0 writes.
+
+    `max_disk` (bytes, or `4MB`; None: no limit) bounds what they take on disk: when `count` snapshots of
+    the model would take more, the run keeps as many as fit, spread log-evenly over it as `count` would
+    be, and says so; a sweep of large models then cannot fill a disk. The experiments that study training
+    over time (induction heads, grokking) raise it.
     """
 
-    def __init__(self, dirpath: str, count: int = 32, spacing: str = "log"):
+    def __init__(self, dirpath: str, count: int = 32, spacing: str = "log", max_disk: object = None):
         require(
             isinstance(count, int) and not isinstance(count, bool) and count >= 0,
             f"callbacks.snapshots.count={count!r} must be an integer >= 0 (0 keeps no snapshots; "
@@ -88,10 +94,12 @@ class Snapshots(L.Callback):
         self.dirpath = Path(dirpath)
         self.count = count
         self.spacing = spacing
+        self.max_disk = parse_size(max_disk, "callbacks.snapshots.max_disk")
         self.steps: list[int] = []  # the schedule of this run
         self.saved: set[int] = set()  # the steps this process wrote
         self._restored: list[int] | None = None  # the schedule of the run this one resumes
         self._open_ended = False
+        self.kept = count  # how many the run keeps: count, or fewer within max_disk
 
     # ------------------------------------------------------------------------------ the schedule
     def state_dict(self) -> dict:
@@ -102,14 +110,20 @@ class Snapshots(L.Callback):
         if isinstance(steps, list) and all(isinstance(s, int) for s in steps):
             self._restored = steps
 
-    def schedule(self, trainer: L.Trainer) -> list[int]:
-        """The steps this run keeps: its own schedule, after the steps the resumed run already passed."""
+    def affordable(self, weights: int) -> int:
+        """How many snapshots of `weights` bytes each (and a few kB of settings) fit `max_disk`: `count`,
+        or fewer."""
+        if self.max_disk is None:
+            return self.count
+        return min(self.count, self.max_disk // (weights + SNAPSHOT_OVERHEAD))
+
+    def schedule(self, trainer: L.Trainer, count: int) -> list[int]:
+        """The steps this run keeps (`count` of them): its own schedule, after the steps the resumed run
+        already passed."""
         total = trainer.estimated_stepping_batches
         self._open_ended = not math.isfinite(total)
         planned = (
-            powers_of_two(self.count)
-            if self._open_ended
-            else snapshot_steps(int(total), self.count, self.spacing)
+            powers_of_two(count) if self._open_ended else snapshot_steps(int(total), count, self.spacing)
         )
         if self._restored is None:
             return planned
@@ -121,12 +135,12 @@ class Snapshots(L.Callback):
         if step in self.saved:
             return False
         if self._open_ended:
-            return step in self.steps or (len(self.saved) < self.count and step & (step - 1) == 0)
+            return step in self.steps or (len(self.saved) < self.kept and step & (step - 1) == 0)
         return step in self.steps
 
     # --------------------------------------------------------------------------------- writing
     def _active(self, trainer: L.Trainer) -> bool:
-        return self.count > 0 and not trainer.fast_dev_run and not trainer.sanity_checking
+        return self.kept > 0 and not trainer.fast_dev_run and not trainer.sanity_checking
 
     def save(self, trainer: L.Trainer) -> Path:
         """Write the snapshot of this step (rank 0 only): what a shipped file keeps of a checkpoint."""
@@ -140,7 +154,15 @@ class Snapshots(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.count == 0:
             return
-        self.steps = self.schedule(trainer)
+        weights = sum(t.numel() * t.element_size() for t in pl_module.state_dict().values())
+        self.kept = self.affordable(weights)
+        if self.kept < self.count and trainer.is_global_zero and self._active(trainer):
+            log.info(
+                f"Snapshots: {self.kept} of {self.count} fit callbacks.snapshots.max_disk="
+                f"{size_text(self.max_disk)} ({size_text(weights)} each), spread log-evenly over the run; "
+                "raise max_disk to study training over time (analysis=dynamics)"
+            )
+        self.steps = self.schedule(trainer, self.kept)
         if self._active(trainer) and trainer.is_global_zero:
             self._check_disk(trainer, pl_module)
         if self._active(trainer) and trainer.global_step == 0 and self.due(0):

@@ -1,0 +1,73 @@
+"""Phase 3 (`generation`, after `training`).
+
+Generation: tokens/s for 500 new tokens (60 with --quick) from one token, with and without the KV
+cache, at block 64 (the trained model) and block 256 (same sizes), in 5 alternating rounds; the
+speed-up is the median of the rounds' ratios.
+"""
+
+import statistics
+from dataclasses import replace
+
+import torch
+
+from bench_phases import Context, register
+from bench_phases.common import progress, quartiles, timed
+from transformer_lab.nn import DecoderLM, build_model
+
+ROWS = [
+    (
+        "generation, no cache / KV cache (block 64)",
+        "{:,.0f} / {:,.0f} tokens/s",
+        ["gen_tokens_per_s_nocache", "gen_tokens_per_s_cache"],
+    ),
+    ("KV-cache speed-up, block 64", "{:.2f}x", ["kv_speedup"]),
+    (
+        "generation, no cache / KV cache (block 256)",
+        "{:,.0f} / {:,.0f} tokens/s",
+        ["gen_tokens_per_s_nocache_block256", "gen_tokens_per_s_cache_block256"],
+    ),
+    ("KV-cache speed-up, block 256", "{:.2f}x", ["kv_speedup_block256"]),
+]
+
+TARGETS = {
+    "kv_speedup": (">=", 3.0),
+    "kv_speedup_block256": (">=", 5.0),
+}
+
+
+def generation_rates(model: DecoderLM, new_tokens: int, rounds: int) -> tuple[float, float, list[float]]:
+    """Tokens/s of `model.generate` from one token without and with the KV cache (medians of `rounds`),
+    and each round's speed-up (cached over uncached tokens/s in that round, so drift in the machine's
+    speed between rounds cancels)."""
+    device = next(model.parameters()).device
+    idx = torch.zeros((1, 1), dtype=torch.long, device=device)
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for use_cache in (False, True):
+            generator = torch.Generator(device=device).manual_seed(0)
+            run = lambda c=use_cache, g=generator: model.generate(idx, new_tokens, use_cache=c, generator=g)  # noqa: E731
+            rates[use_cache].append(new_tokens / timed(device, run))
+    speedups = [c / n for c, n in zip(rates[True], rates[False], strict=True)]
+    return statistics.median(rates[False]), statistics.median(rates[True]), speedups
+
+
+@register("generation", rows=ROWS, targets=TARGETS, needs=("training",))
+def bench_generation(context: Context) -> dict:
+    """Phase 3: the trained shakespeare_cpu model (block 64), and the same sizes at block 256."""
+    mode, model = context.mode, context.shared["trained"]
+    progress(f"generation: {mode.new_tokens} new tokens at block {model.max_len}")
+    generation_rates(model, 8, 1)  # warm-up
+    nocache, cache, speedups = generation_rates(model, mode.new_tokens, mode.gen_rounds)
+    long_model = build_model(replace(model.config, max_len=256)).to(next(model.parameters()).device)
+    progress(f"generation: {mode.new_tokens} new tokens at block 256")
+    nocache_256, cache_256, speedups_256 = generation_rates(long_model, mode.new_tokens, mode.gen_rounds)
+    return {
+        "gen_tokens_per_s_nocache": nocache,
+        "gen_tokens_per_s_cache": cache,
+        "kv_speedup": statistics.median(speedups),
+        "kv_speedup_quartiles": quartiles(speedups),
+        "gen_tokens_per_s_nocache_block256": nocache_256,
+        "gen_tokens_per_s_cache_block256": cache_256,
+        "kv_speedup_block256": statistics.median(speedups_256),
+        "kv_speedup_block256_quartiles": quartiles(speedups_256),
+    }
