@@ -52,6 +52,9 @@ FIGURES = (
     "ci_patching_ratio",
     "ci_lens_ratio",
     "ci_faithfulness_ratio",
+    "sae_on_the_fly_activations_per_s",
+    "sae_cached_activations_per_s",
+    "sae_large_cache_peak_rss_mb",
 )
 
 DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule

@@ -23,7 +23,7 @@ def test_the_page_links_and_names_what_exists():
         r"`((?:nn|data|training|analysis|interop|explorer|figures)/[\w/]+\.(?:py|js))`", text
     ):
         assert (ROOT / "src" / "transformer_lab" / path).is_file(), path
-    assert (ROOT / "scripts" / "bench_sae.py").is_file()
+    assert (ROOT / "scripts" / "bench_phases" / "sae.py").is_file()
 
 
 @pytest.mark.reproduce

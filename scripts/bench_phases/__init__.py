@@ -27,6 +27,7 @@ main one. A new phase is one module of this package named in `BUILT_IN`, in the 
     text.py             11: python train.py on a text corpus of 20 MB and of 400 MB
     intervals.py        12: what ci=0.95 costs the printed tables
     defaults.py         13: a default analysis and page on a text model of 5 M parameters
+    sae.py              14: training a sparse autoencoder, on the fly and from its cache; the cache's memory
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ BUILT_IN = (
     "text",
     "intervals",
     "defaults",
+    "sae",
 )
 
 Row = tuple[str, str, list[str]]  # (figure, format of the value, the results keys it shows)
