@@ -57,6 +57,9 @@ FIGURES = (
         for name in ("pythia70m", "smollm135m")
         for what in ("forward", "train_step", "generate", "hooks")
     ),
+    "sae_on_the_fly_activations_per_s",
+    "sae_cached_activations_per_s",
+    "sae_large_cache_peak_rss_mb",
 )
 
 DECODER = dict(max_iters=10, weight_decay=0.1)  # the decoder config's weight decay; a 10-step schedule

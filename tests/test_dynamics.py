@@ -434,7 +434,7 @@ def test_the_figures_mark_the_spikes(induction_run):
     figure = dynamics_figure(result, "spikes")
     top = figure.axes[0]
     crosses = [line for line in top.get_lines() if line.get_marker() == "x"]
-    assert [list(line.get_xdata()) for line in crosses][0] == [4]
+    assert list(crosses[0].get_xdata()) == [4]
     assert any(text.get_text() == "spike (left out of timings)" for text in top.get_legend().get_texts())
     assert all(any(p.get_facecolor()[0] == 1.0 for p in ax.patches) for ax in figure.axes[:1])
     seeds = seeds_figure(over_seeds({"0": result, "1": result}), "spikes")

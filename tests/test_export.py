@@ -203,8 +203,9 @@ def test_what_a_format_cannot_express_is_refused_in_one_line(tmp_path, capsys):
     assert "this is an encoder-decoder model (two stacks); to=onnx exports any model" in refused(
         capsys, "ckpt_path=pretrained:sort", "to=transformer_lens", f"out={tmp_path}"
     )
-    assert "to=safetensors is not a format; use to=transformer_lens | huggingface | onnx" in refused(
-        capsys, "ckpt_path=pretrained:sort", "to=safetensors", f"out={tmp_path}"
+    assert (
+        "to=safetensors is not a format; use to=transformer_lens | huggingface | onnx | sae_lens"
+        in refused(capsys, "ckpt_path=pretrained:sort", "to=safetensors", f"out={tmp_path}")
     )
     assert not any(tmp_path.iterdir())
     post_norm, output_mlp = gpt_decoder(5, norm_first=False).config, gpt_decoder(5, output_mlp=True).config

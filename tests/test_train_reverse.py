@@ -148,7 +148,8 @@ def test_bad_input_is_rejected_before_training(train_config, tmp_path, overrides
 
 def test_an_unknown_task_is_a_one_line_error_listing_the_tasks(tmp_path):
     with pytest.raises(
-        ConfigError, match=r"Could not find 'task/nope' Available options in 'task': .*reverse shakespeare"
+        ConfigError,
+        match=r"Could not find 'task/nope' Available options in 'task': .*reverse sae shakespeare",
     ):
         compose_train_config(tmp_path, "task=nope")
 

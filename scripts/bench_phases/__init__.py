@@ -29,6 +29,7 @@ main one. A new phase is one module of this package named in `BUILT_IN`, in the 
     defaults.py         13: a default analysis and page on a text model of 5 M parameters
     families.py         14: Pythia- and SmolLM-shaped models against transformers: forward, training step,
                         generation; the hook points' cost
+    sae.py              15: training a sparse autoencoder, on the fly and from its cache; the cache's memory
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ BUILT_IN = (
     "intervals",
     "defaults",
     "families",
+    "sae",
 )
 
 Row = tuple[str, str, list[str]]  # (figure, format of the value, the results keys it shows)

@@ -1,7 +1,9 @@
 """What the benchmark's phases share: how much to measure (Mode: FULL, or QUICK for --quick), the progress
-line, the middle half of the rounds, and timing that waits for the GPU."""
+line, the middle half of the rounds, timing that waits for the GPU, and a command's own peak memory."""
 
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -86,3 +88,14 @@ def timed(device: torch.device, work: Callable[[], object]) -> float:
     work()
     synchronize(device)
     return time.perf_counter() - start
+
+
+def peak_rss_of(command: list[str], log: Path) -> tuple[int, float]:
+    """Run `command` from the checkout (output to `log`) and return its exit status and its own peak RSS in
+    MB (wait4's rusage: this child's alone, not the most of every child so far as RUSAGE_CHILDREN would
+    say)."""
+    with open(log, "w") as out:
+        child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: Popen must not wait again
+    return child.returncode, usage.ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)

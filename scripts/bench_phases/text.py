@@ -10,10 +10,8 @@ run; before words were cut and the BPE's share of them bounded, 10 MB of it took
 """
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bench_phases import Context, register
-from bench_phases.common import QUICK, QUIET, ROOT, progress
+from bench_phases.common import QUICK, QUIET, peak_rss_of, progress
 from transformer_lab.training.compose import instantiate, run_config
 
 TEXT_CORPUS_MB = {"full": (20, 400), "quick": (1, 2)}  # the same run on a small and a large corpus
@@ -126,16 +124,6 @@ def library_tokenize_seconds(corpus: Path, tokenizer_json: str) -> float:
     return time.perf_counter() - started
 
 
-def _peak_rss_of(command: list[str], log: Path) -> tuple[int, float]:
-    """Run `command` (output to `log`) and return its exit status and its own peak RSS in MB (wait4's
-    rusage: this child's alone, not the most of every child so far as RUSAGE_CHILDREN would say)."""
-    with open(log, "w") as out:
-        child = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: Popen must not wait again
-    return child.returncode, usage.ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
-
-
 @register("text", rows=ROWS, targets=TARGETS)
 def bench_text(context: Context) -> dict:
     """Phase 11 (`--phases text`): `python train.py experiment=text_small` (a byte-level BPE of 1024
@@ -171,7 +159,7 @@ def bench_text(context: Context) -> dict:
         ]
         progress(f"text: {megabytes} MB {key} corpus, python {' '.join(command[1:3])} ... ({steps} steps)")
         runs.mkdir(parents=True, exist_ok=True)
-        status, peak_mb = _peak_rss_of(command, runs / "run.log")
+        status, peak_mb = peak_rss_of(command, runs / "run.log")
         if status != 0:
             sys.exit(f"error: the text run failed (exit {status}): {(runs / 'run.log').read_text()[-2000:]}")
         (meta_path,) = cache.glob("tokens-*/meta.json")

@@ -3,6 +3,7 @@
     import transformer_lab
     ckpt = transformer_lab.load("pretrained:reverse_2l4h")  # model, task, tokenizer, examples: checkpoint.py
     model = transformer_lab.load_model(path)                # just the plain nn.Module (no Lightning needed)
+    run = transformer_lab.load_sae("saved_models/sae/<run>")  # an SAE and its model: sae_checkpoint.py
     from transformer_lab import TransformerPredictor, CosineWarmupScheduler
 
 The package, by what each part does (one direction of imports, from the bottom up):
@@ -10,6 +11,7 @@ The package, by what each part does (one direction of imports, from the bottom u
     data/        the tasks: datasets, datamodules, the tokenizer
     training/    the LightningModule, callbacks, checkpoint writing, the train entry's pieces
     checkpoint   a checkpoint file, checked, with its model, task and examples
+    sae_checkpoint  an SAE run, checked, with the model it was trained on (sae= in the tools)
     analysis/    explanations, interventions, lens, faithfulness (no Lightning, no matplotlib)
     figures/     every matplotlib figure
     explorer/    the attention explorer: one self-contained HTML page
@@ -32,6 +34,7 @@ _NAMES = {
     "TransformerPredictor": "transformer_lab.training.predictor",
     "load": "transformer_lab.checkpoint",
     "load_model": "transformer_lab.checkpoint",
+    "load_sae": "transformer_lab.sae_checkpoint",
 }
 
 __all__ = sorted(_NAMES)

@@ -111,6 +111,14 @@ def resolve(location: str | Path) -> Path:
 
 def read(file: Path, location: str | Path | None = None) -> dict:
     """The file's contents as tensors and plain values only, with the structure a checkpoint has."""
+    contents = read_file(file)
+    check_structure(contents, location or file)
+    return contents
+
+
+def read_file(file: Path) -> object:
+    """The file's contents as tensors and plain values only (the zip's checks, `weights_only=True`),
+    whatever they hold: `read` checks a model's structure, `sae_checkpoint.read` an SAE's."""
     require(file.is_file(), f"checkpoint {file} is not a regular file (a device or a pipe); pass a file")
     try:
         with open(file, "rb") as f:
@@ -134,7 +142,6 @@ def read(file: Path, location: str | Path | None = None) -> dict:
             f"{file} is not a readable checkpoint (truncated, or not a torch file): "
             f"{type(exc).__name__}: {first_line[:200]}"
         ) from None
-    check_structure(contents, location or file)
     return contents
 
 
@@ -152,6 +159,11 @@ def check_structure(contents: object, where: str | Path) -> None:
         f"{where}: state_dict must map names to tensors",
     )
     require(isinstance(hparams, dict), f"{where}: hyper_parameters must be a mapping")
+    require(
+        not isinstance(hparams.get("sae"), dict),
+        f"{where} is a sparse autoencoder (an SAE run), not a model; pass it as sae={where} (the tools "
+        "splice it into the model it was trained on)",
+    )
     require(
         isinstance(hparams.get("net"), dict),
         f"{where} was written by an older transformer-lab (no model config 'net' in its hyperparameters) "

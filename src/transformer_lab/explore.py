@@ -3,6 +3,7 @@
     python -m transformer_lab.explore ckpt_path=pretrained:reverse_2l4h index=5
     python -m transformer_lab.explore ckpt_path=pretrained:shakespeare text="ROMEO: I" out=romeo.html
     python -m transformer_lab.explore ckpt_path=saved_models/sort/<run>/checkpoints/best.ckpt source="3 1 3 9"
+    python -m transformer_lab.explore sae=<SAE run> text="..."      # + the features view of an SAE
 
 (`python scripts/explore.py ...` in a checkout is the same.) The input is test example `index=` of the
 checkpoint's task (default 0; its labels mark each prediction right or wrong), or your own `text=` (written
@@ -46,12 +47,16 @@ KEYS = {
     "series); false: this checkpoint alone (the default for a checkpoint file)",
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
+    "sae": "an SAE run of the model (python train.py experiment=sae ...): the page's features view",
 }
 
 
 def parse_args(argv: list[str] | None) -> dict[str, str]:
     args = parse_key_values(argv, KEYS, __doc__)
-    require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
+    require(
+        "ckpt_path" in args or "sae" in args,
+        "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt (or sae=<SAE run>)",
+    )
     given = [key for key in ("index", "text", "source") if key in args]
     require(
         len(given) <= 1, f"pass one of index=, text= or source=, not {' and '.join(k + '=' for k in given)}"
@@ -171,6 +176,14 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
     from transformer_lab.explorer import explore, write_page
 
     device = pick_device(args.get("device", "auto"))
+    sae_run = None
+    if "sae" in args:
+        from transformer_lab.sae_checkpoint import load_sae
+
+        sae_run = load_sae(
+            args["sae"], device=device, data_path=args.get("data_path"), source=args.get("ckpt_path")
+        )
+        args.setdefault("ckpt_path", sae_run.source.location)
     location = args["ckpt_path"]
     a_file = not location.startswith("pretrained:") and is_file(location, "ckpt_path")
     slider = args.get("steps", "false" if a_file else "true") == "true"
@@ -183,12 +196,23 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
         and not any((run / n).is_file() for n in ("best.ckpt", "last.ckpt"))
     ):
         main_file = str(snapshots[-1])  # a run with snapshots only: open on the last
-    checkpoint = load(main_file, device=device, data_path=args.get("data_path"))
+    if sae_run is not None:
+        checkpoint = sae_run.source
+    else:
+        checkpoint = load(main_file, device=device, data_path=args.get("data_path"))
     asked = args.get("weights", "auto")
     weights, weight_budget = page_weights(checkpoint.model, asked, slider=bool(snapshots))
     (inputs, labels), what = model_input(checkpoint, args)
+    features = None
+    if sae_run is not None:
+        from transformer_lab.explorer.features import features_payload
+
+        with as_config_error():
+            features = features_payload(sae_run, inputs)
     title = f"{checkpoint.task_name}, {checkpoint.config.arch.replace('_', '-')} model: {what}"
-    series = load_snapshots(snapshots, checkpoint, device) if snapshots and live == "true" else None
+    # an SAE was trained on the final model: no step slider beside its features
+    wanted = snapshots and live == "true" and sae_run is None
+    series = load_snapshots(snapshots, checkpoint, device) if wanted else None
     with as_config_error():
         page = explore(
             checkpoint,
@@ -198,6 +222,7 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
             live=live == "true",
             snapshots=series,
             weights=weights,
+            features=features,
             weight_budget=weight_budget,
         )
     if page.live_note:
@@ -219,7 +244,7 @@ def explore_checkpoint(args: dict[str, str]) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    starting(f"Loading {args['ckpt_path']} for the page")
+    starting(f"Loading {args.get('ckpt_path') or args['sae']} for the page")
     explore_checkpoint(args)
 
 

@@ -3,6 +3,7 @@
     python -m transformer_lab.export ckpt_path=pretrained:shakespeare to=transformer_lens out=shakespeare-tl
     python -m transformer_lab.export ckpt_path=pretrained:shakespeare to=huggingface out=shakespeare-hf
     python -m transformer_lab.export ckpt_path=pretrained:sort to=onnx out=sort-onnx
+    python -m transformer_lab.export sae=<SAE run> to=sae_lens out=my-sae
 
 (`python scripts/export.py ...` in a checkout is the same.) `to=transformer_lens` and `to=huggingface` take
 pre-norm decoders (GPT-style language models) and print the Python that loads the result;
@@ -13,7 +14,8 @@ interrupted export leaves nothing a library would load, and `out` may hold only 
 format (anything else is refused, or replaced whole with `overwrite=true`). The formats'
 libraries are the optional `[interop]` extra (`pip install "transformer-lab[interop]"`). What each file
 holds, weight by weight: docs/interop.md and `transformer_lab.interop`. The other direction is
-`ckpt_path=hf:<folder>` in any tool (`transformer_lab.load("hf:<folder>")`).
+`ckpt_path=hf:<folder>` in any tool (`transformer_lab.load("hf:<folder>")`). `to=sae_lens` writes an SAE
+run (`sae=`) as the folder SAELens saves (`interop.sae_lens`); `sae=saelens:<folder>` reads one back.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
     from transformer_lab.checkpoint import Checkpoint
 
-FORMATS = ("transformer_lens", "huggingface", "onnx")  # interop.FORMATS, without importing torch
+FORMATS = ("transformer_lens", "huggingface", "onnx", "sae_lens")  # interop.FORMATS, without torch
 WRITES = {  # the files each format writes: a folder of these alone is an earlier export, replaced whole
     "transformer_lens": {"config.json", "model.safetensors", "vocab.json", "tokenizer.json"},
     "huggingface": {
@@ -37,6 +39,7 @@ WRITES = {  # the files each format writes: a folder of these alone is an earlie
         *("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"),
     },
     "onnx": {"model.onnx", "model.onnx.data", "vocab.json", "tokenizer.json"},
+    "sae_lens": {"cfg.json", "sae_weights.safetensors"},
 }
 KEYS = {
     "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory, pretrained:<name> or "
@@ -46,14 +49,21 @@ KEYS = {
     "format, replaced whole)",
     "overwrite": "true: replace out= whole even if it holds other files (default false)",
     "prompt": "to=huggingface: the text the printed example continues (default: the start of a test example)",
+    "sae": "to=sae_lens: the SAE run to write (python train.py experiment=sae ...)",
 }
 
 
 def parse_args(argv: list[str] | None) -> dict[str, str]:
     args = parse_key_values(argv, KEYS, __doc__)
-    require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=pretrained:shakespeare")
     require("to" in args, f"missing to=...; use to={' | '.join(FORMATS)}")
     require(args["to"] in FORMATS, f"to={args['to']} is not a format; use to={' | '.join(FORMATS)}")
+    if args["to"] == "sae_lens":
+        require(
+            "sae" in args, "to=sae_lens writes an SAE: pass sae=<SAE run> (python train.py experiment=sae)"
+        )
+    else:
+        require("sae" not in args, "sae= is for to=sae_lens")
+        require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=pretrained:shakespeare")
     require("out" in args, "missing out=...; name the folder to write into, e.g. out=exported")
     require("prompt" not in args or args["to"] == "huggingface", "prompt= is for to=huggingface")
     require(
@@ -81,6 +91,7 @@ def export(checkpoint: Checkpoint, to: str, out: Path, prompt: str | None = None
     from transformer_lab import interop
 
     interop.check_format(to)
+    require(to != "sae_lens", "to=sae_lens writes an SAE run (sae=), not a model")
     model = checkpoint.model.cpu()
     tokenizer_json = (checkpoint.contents.get("task") or {}).get("tokenizer")  # a BPE's, or None
     if to == "huggingface":
@@ -114,6 +125,18 @@ def main(argv: list[str] | None = None) -> None:
 
     overwrite = args.get("overwrite") == "true"
     require_replaceable(out, "out", WRITES[args["to"]], overwrite)  # before the model is read
+    if args["to"] == "sae_lens":
+        from transformer_lab.interop import sae_lens
+        from transformer_lab.sae_checkpoint import load_sae
+
+        starting(f"Loading {args['sae']} to export it to sae_lens")
+        run = load_sae(args["sae"], source=args.get("ckpt_path"))
+        model = (run.record or {}).get("location") or (run.record or {}).get("model_name") or "none"
+        with replacing_folder(out, "out", WRITES["sae_lens"], overwrite) as folder:
+            lines = sae_lens.export(run.sae, folder, model, args["sae"])
+        for line in lines:
+            print(line.replace(str(folder), str(out)))  # the folder by the name it has now
+        return
     starting(f"Loading {args['ckpt_path']} to export it to {args['to']}")
     from transformer_lab.checkpoint import load
 

@@ -9,6 +9,7 @@
     python -m transformer_lab.interpret ckpt_path=<run> analysis=dynamics     # every measure over time
     python -m transformer_lab.interpret ckpt_path=<run> analysis=heads step=1000   # the snapshot nearest
     python -m transformer_lab.interpret ckpt_path=<folder of runs> analysis=controls   # their margins
+    python -m transformer_lab.interpret sae=<SAE run> analysis=features              # an SAE's features
 
 (`python scripts/interpret.py ...` in a checkout is the same.) Each analysis runs on the first
 `num_examples` test examples of the checkpoint's task (or your own `text=`), prints its table, and writes
@@ -23,6 +24,8 @@ a figure and the numbers to `out_dir`:
     dynamics      dynamics.png, dynamics.json   the measures of every snapshot of a run, and its phase changes
     controls      controls.json                 runs in which no phase change can appear (analysis.controls):
                                                 their events and how near each came to one
+    features      features.png, features.json   an SAE's features (sae=): density, top examples, the tokens
+                                                each promotes, the loss when it is ablated (docs/features.md)
 
 `step=N` runs an analysis on the snapshot of the run (ckpt_path=<run dir>) nearest step N.
 """
@@ -41,7 +44,7 @@ from transformer_lab.files import write_figure, write_text
 if TYPE_CHECKING:  # torch, matplotlib and the analyses load after the arguments are parsed (fast --help)
     from transformer_lab.checkpoint import Checkpoint
 
-ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit", "controls")
+ANALYSES = ("heads", "patching", "lens", "faithfulness", "dynamics", "circuit", "controls", "features")
 METHODS = ("zero", "mean")  # analysis.interventions.ABLATIONS, without importing torch to check it
 ONLY_FOR = {  # the keys that apply to some analyses only
     "method": ("heads", "circuit"),
@@ -49,6 +52,9 @@ ONLY_FOR = {  # the keys that apply to some analyses only
     "position": ("patching", "circuit"),
     **dict.fromkeys(("metric", "ablation", "threshold", "steps", "verify"), ("circuit",)),
     "ci": ("heads", "patching", "lens", "faithfulness", "circuit"),
+    "sae": ("features", "circuit"),
+    "features": ("features",),
+    "units": ("circuit",),
 }
 DEFAULT_EXAMPLES = {
     "heads": 512,
@@ -58,14 +64,16 @@ DEFAULT_EXAMPLES = {
     "dynamics": 256,
     "circuit": 64,
     "controls": 256,
+    "features": 256,
 }
 PASSES = {  # forward passes per example of the analyses whose default count fits a time budget
     "heads": lambda model: len(model.attention_layers()) * model.config.num_heads + 4,  # each head off
     "lens": lambda model: 2,
 }
 KEYS = {
-    "ckpt_path": "checkpoint to analyse (required), e.g. <run>/checkpoints/best.ckpt",
-    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | controls (required)",
+    "ckpt_path": "checkpoint to analyse (required, but with sae=), e.g. <run>/checkpoints/best.ckpt",
+    "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | controls | features "
+    "(required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
     "num_examples": "how many test examples (default: heads 512 and lens 512, or as many as fit 15 s on this "
     "machine; patching 64, faithfulness 16, dynamics 256)",
@@ -86,6 +94,11 @@ KEYS = {
     "step": "run the analysis on the snapshot of the run (ckpt_path=<run dir>) nearest this step",
     "ci": "heads, patching, lens, faithfulness, circuit: the level of the intervals over examples "
     "(bootstrap; default 0.95; 0: none)",
+    "sae": "features, circuit: an SAE run (python train.py experiment=sae ...), spliced into its model "
+    "(ckpt_path= may name that model; default: the one the run records)",
+    "features": "features: the features to show, e.g. features=3,17 (default: the 10 most active)",
+    "units": "circuit: heads (the model's embeddings, heads and MLPs; default) | features (an SAE's "
+    "features and its error term, with sae=)",
 }
 
 
@@ -98,10 +111,18 @@ def keys() -> dict[str, str]:
 
 def parse_args(argv: list[str] | None) -> dict[str, str]:
     args = parse_key_values(argv, keys(), __doc__)
-    require("ckpt_path" in args, "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt")
+    require(
+        "ckpt_path" in args or "sae" in args,
+        "missing ckpt_path=...; pass e.g. ckpt_path=<run>/checkpoints/best.ckpt (or sae=<SAE run>)",
+    )
     analysis = args.get("analysis")
     require(analysis is not None, f"missing analysis=...; use analysis={' | '.join(ANALYSES)}")
     require(analysis in ANALYSES, f"analysis={analysis} is unknown; use analysis={' | '.join(ANALYSES)}")
+    require(
+        analysis != "features" or "sae" in args,
+        "analysis=features reads an SAE's features: pass sae=<SAE run> (python train.py experiment=sae ...)",
+    )
+    require("sae" not in args or "step" not in args, "step= picks a snapshot of a model; an SAE run has none")
     if analysis == "circuit":
         from transformer_lab.interpret_circuit import check_args
 
@@ -410,6 +431,43 @@ def require_one_setting(location: str, runs: list[Path]) -> None:
         )
 
 
+def analyse_features(run, count: int, args: dict[str, str], out_dir: Path) -> None:
+    """An SAE's features on the first `count` test examples of its model's task: printed, features.json,
+    features.png (`analysis.features`)."""
+    from transformer_lab.analysis import features
+    from transformer_lab.figures.features import feature_density
+
+    chosen = None
+    if "features" in args:
+        parts = [p.strip() for p in args["features"].split(",")]
+        require(
+            all(p.isdigit() for p in parts),
+            f"features={args['features']} is not a list of feature numbers; write e.g. features=3,17",
+        )
+        chosen = [int(p) for p in parts]
+    if "text" in args:
+        inputs, labels = run.source.text_example(args["text"])
+    else:
+        inputs, labels = run.source.examples(count, exact="num_examples" in args)
+    with as_config_error():
+        result = features.analyse_features(
+            run.model,
+            run.sae,
+            inputs,
+            labels,
+            run.source.task.display_tokens,
+            run.source.output_names,
+            separator=run.source.tokenizer.separator,
+            chosen=chosen,
+        )
+    print(f"sae={args['sae']} ({run.config.kind}) on {args['ckpt_path']}:")
+    for line in result.table():
+        print(line)
+    ablations = {r.index: r.ablation for r in result.reports if r.ablation is not None}
+    title = f"{args['sae']}: {run.config.width} features at {run.hook}"
+    write(out_dir, "features", result.to_dict(), feature_density(result.density, title, ablations))
+
+
 def interpret(args: dict[str, str]) -> None:
     out_dir = output_dir(args.get("out_dir", "interpret_out"), "out_dir")
     from transformer_lab.checkpoint import load
@@ -429,11 +487,24 @@ def interpret(args: dict[str, str]) -> None:
         from transformer_lab import snapshots
 
         args["ckpt_path"] = snapshots.at_step(args["ckpt_path"], to_number(args, "step", int, None))
-    checkpoint = load(
-        args["ckpt_path"], device=pick_device(args.get("device", "auto")), data_path=args.get("data_path")
-    )
+    device = pick_device(args.get("device", "auto"))
+    run = None
+    if "sae" in args:
+        from transformer_lab.sae_checkpoint import load_sae
+
+        run = load_sae(
+            args["sae"], device=device, data_path=args.get("data_path"), source=args.get("ckpt_path")
+        )
+        checkpoint = run.source
+        args.setdefault("ckpt_path", run.source.location)
+    else:
+        checkpoint = load(args["ckpt_path"], device=device, data_path=args.get("data_path"))
     model = checkpoint.model
     started = time.perf_counter()
+    if analysis == "features":
+        analyse_features(run, count, args, out_dir)
+        print(f"({analysis} took {time.perf_counter() - started:.1f} s)")
+        return
     if analysis == "patching":
         require(
             "text" not in args, "text= does not apply to patching, which needs the task's corrupted pairs"
@@ -445,7 +516,7 @@ def interpret(args: dict[str, str]) -> None:
         require(
             "text" not in args, "text= does not apply to analysis=circuit, which needs the task's examples"
         )
-        analyse_circuit(checkpoint, count, args, out_dir)
+        analyse_circuit(checkpoint, count, args, out_dir, run)
     else:
         if "text" in args:
             inputs, labels = checkpoint.text_example(args["text"])
@@ -480,7 +551,7 @@ def interpret(args: dict[str, str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    starting(f"Loading {args['ckpt_path']} for analysis={args['analysis']}")
+    starting(f"Loading {args.get('ckpt_path') or args.get('sae')} for analysis={args['analysis']}")
     interpret(args)
 
 

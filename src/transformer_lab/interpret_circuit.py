@@ -4,6 +4,7 @@ draw it.
     python -m transformer_lab.interpret ckpt_path=pretrained:key_reverse analysis=circuit method=eap
     python -m transformer_lab.interpret ckpt_path=pretrained:shakespeare analysis=circuit position=1
     python -m transformer_lab.interpret ckpt_path=<run> analysis=circuit method=acdc threshold=0.02
+    python -m transformer_lab.interpret sae=<SAE run> analysis=circuit units=features
 
 On the first `num_examples` test examples and their corruption (the task's `corrupted_pairs`; `position=`
 picks what it changes), `transformer_lab.analysis.circuits` scores every edge (pre-norm models) or node
@@ -15,6 +16,9 @@ node_scores, faithfulness, circuit, verified, warnings, node_totals, ci, and ans
 hand-built answer key), circuit.png and circuit.svg (the layered graph and the faithfulness curve), and
 prints a summary. The defaults (method=eap, or eap_ig with metric=kl; metric=logit_diff where the task
 has a corruption, logprob where it has none) are said when used; what was asked for is done, or refused.
+With `units=features` and `sae=<SAE run>`, the units are the SAE's features active on the examples (clean
+or corrupted) and its error term, in the model with the SAE spliced in (`circuits.feature_graph`: node
+level).
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from transformer_lab.files import write_figure, write_text
 if TYPE_CHECKING:
     from transformer_lab.analysis.circuits.evaluation import Circuit
     from transformer_lab.checkpoint import Checkpoint
+    from transformer_lab.sae_checkpoint import SAECheckpoint
 
 SHOWN = 8  # strongest edges (nodes) printed, and nodes in the per-node totals
 SHOWN_VERIFIED = 20  # at most this many verified edges printed (every one is in circuit.json)
+UNITS = ("heads", "features")  # the model's components (embeddings, heads, MLPs), or an SAE's features
 
 
 def check_args(args: dict[str, str]) -> None:
@@ -48,6 +54,15 @@ def check_args(args: dict[str, str]) -> None:
     options.require_threshold(to_number(args, "threshold", float, 0.01))
     options.require_steps(to_number(args, "steps", int, 5))
     options.require_verify(to_number(args, "verify", int, options.VERIFY))
+    units = args.get("units", "heads")
+    if units not in UNITS:
+        raise ConfigError(f"units={units} is unknown; use units=heads or units=features (with sae=)")
+    if (units == "features") != ("sae" in args):
+        raise ConfigError(
+            "units=features reads an SAE's features: pass sae=<SAE run>"
+            if units == "features"
+            else "sae= with analysis=circuit finds a circuit of its features: add units=features"
+        )
 
 
 def _pairs(checkpoint: Checkpoint, count: int, args: dict[str, str]) -> tuple:
@@ -170,7 +185,12 @@ def summary(result: Circuit, location: str, names: Sequence[str] | None = None) 
         *_defaults(result),
         *_corrupted_answers(result, names),
     ]
-    if g.level == "node":
+    if g.features:
+        lines.append(
+            "units=features: each node is a feature of the SAE (patched: its activation replaced) or its "
+            "error term, in the model with the SAE spliced in; a circuit of them is a set of nodes"
+        )
+    elif g.level == "node":
         lines.append(
             "node level: this model is post-norm (each block computes LN(x + f(x))), so its residual stream "
             "is not a sum of the components' outputs and edges are not defined; its circuit is a set of "
@@ -307,8 +327,23 @@ def _alone_line(result: Circuit, label: Callable[[str], str], names: list[str], 
     ]
 
 
-def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], out_dir: Path) -> Circuit:
-    """Score, check, evaluate, print and write (see the module docstring)."""
+def active_features(run: SAECheckpoint, *batches: tuple) -> list[int]:
+    """The features of an SAE run that fire somewhere on the batches (inputs, labels) given."""
+    import torch
+
+    point = f"{run.hook}.sae.hook_sae_acts_post"
+    fired = torch.zeros(run.sae.width, dtype=torch.bool)
+    for inputs, _ in batches:
+        _, cache = run.model.run_with_cache(*inputs, names_filter=point)
+        fired |= (cache[point].flatten(0, -2) > 0).any(0).cpu()
+    return fired.nonzero()[:, 0].tolist()
+
+
+def analyse_circuit(
+    checkpoint: Checkpoint, count: int, args: dict[str, str], out_dir: Path, run: SAECheckpoint | None = None
+) -> Circuit:
+    """Score, check, evaluate, print and write (see the module docstring); `run`: an SAE run whose
+    features are the units (units=features)."""
     from transformer_lab.analysis import circuits
     from transformer_lab.analysis.intervals import check_level
     from transformer_lab.figures.circuits import circuit_graph
@@ -317,10 +352,19 @@ def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], ou
     check_args(args)
     ablation = args.get("ablation", "corrupted")
     clean, corrupted = _pairs(checkpoint, count, args)
-    key = answer_keys.key_for(args["ckpt_path"])
+    key = answer_keys.key_for(args["ckpt_path"]) if run is None else None
+    model, graph = checkpoint.model, None
+    if run is not None:
+        model = run.model
+        chosen = active_features(run, clean, *([corrupted] if corrupted is not None else []))
+        graph = circuits.feature_graph(model, run.hook, chosen)
+        print(
+            f"units=features: the {len(chosen)} features of {args['sae']} active on these examples, and its "
+            "error"
+        )
     with as_config_error():
         result = circuits.discover(
-            checkpoint.model,
+            model,
             *clean,
             corrupted,
             method=args.get("method"),  # None: the default, said in the output
@@ -331,6 +375,7 @@ def analyse_circuit(checkpoint: Checkpoint, count: int, args: dict[str, str], ou
             truth=key.circuit if key is not None and ablation == "corrupted" else None,  # its corruption's
             verify=to_number(args, "verify", int, options.VERIFY),
             ci=check_level(args.get("ci")),
+            graph=graph,
         )
     print(summary(result, args["ckpt_path"], checkpoint.output_names))
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -115,6 +115,7 @@ def explore(
     snapshots: Sequence[Snapshot] | None = None,
     weights: str = "float32",
     weight_budget: int | None = None,
+    features: dict | None = None,
 ) -> ExplorerPage:
     """The explorer page for one input of `model` (any model of `transformer_lab.nn`, or a checkpoint
     loaded with `transformer_lab.load`, whose task then names the outputs).
@@ -128,6 +129,7 @@ def explore(
     budget gets the precomputed page with a note saying why (`page.live_note`). reference: the batch
     whose mean z replaces a head in mean ablation (default: a checkpoint's first 512 test examples, else
     the input). snapshots: the same model at other training steps, for the page's step slider.
+    features: an SAE of the model, for the features view (`features.features_payload`).
     Returns the HTML as an `ExplorerPage` (a str; `.save(path)` writes it). A live page of a model with a
     setting the page's JavaScript cannot run is a ConfigError, raised before anything is computed
     (`layout.check_runnable`; `live=False` makes the precomputed page).
@@ -141,7 +143,7 @@ def explore(
     data.measures = _task_measures(model)
     heading = title or f"Attention explorer: {net.config.arch} model"
     if not live:
-        return render(data, heading)
+        return render(data, heading, features=features)
     inputs = tuple(_batch(x, net) for x in data.inputs)
     if reference is not None:
         reference = (reference,) if isinstance(reference, Tensor) else tuple(reference)
@@ -162,7 +164,7 @@ def explore(
         decode=facts.get("decode"),
         token_names=facts.get("token_names"),
     )
-    page = render(data, heading, live=section, live_note=note)
+    page = render(data, heading, live=section, live_note=note, features=features)
     page.live_note = note
     page.steps = len(section["series"]["steps"]) if section and section["series"] else 0
     page.weight_chars = section["chars"] if section else 0

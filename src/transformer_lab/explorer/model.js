@@ -385,7 +385,9 @@
       }
       for (const [name, f] of sub) {
         const role = `${name}.norm`;
-        x = preNorm ? add(x, f(this.norm(x, T, s, i, role))) : this.norm(add(x, f(x)), T, s, i, role);
+        const out = f(preNorm ? this.norm(x, T, s, i, role) : x); // hook_attn_out, hook_mlp_out, ...
+        if (ctx.record && ctx.record.outputs) ctx.record.outputs[`${s}.${i}.${name}`] = out;
+        x = preNorm ? add(x, out) : this.norm(add(x, out), T, s, i, role);
       }
       return x;
     }

@@ -30,6 +30,7 @@ MODEL_SCRIPTS = [
     "analyses.js",
     "checks.js",
     "tokenizer.js",
+    "sae.js",
     "runner.js",
 ]
 PAGE_SCRIPTS = [
@@ -42,6 +43,7 @@ PAGE_SCRIPTS = [
     "view_ablation.js",
     "view_predictions.js",
     "view_patching.js",
+    "view_features.js",
     "export.js",
     "views.js",
     "engine.js",
@@ -84,12 +86,14 @@ def payload(
     budget: int | None = None,
     live: dict | None = None,
     live_note: str | None = None,
+    features: dict | None = None,
 ) -> dict:
     """The page's JSON: everything the page's scripts read (state.js describes it). The attention maps
     take at most `budget` characters (default ATTENTION_BUDGET; see `pack.pack_within`). `live`: the
     model for the page to run (`live.live_payload`); `live_note`: why a page asked to be live is not.
 
-    A live page whose maps do not fit at full precision stores only each kind's last layer (the first
+    `features`: an SAE's, for the features view (`features.features_payload`). A live page whose maps
+    do not fit at full precision stores only each kind's last layer (the first
     view: `first` names it), as precise as fits: the page computes every layer itself once its model
     runs. A precomputed page stores every layer, as coarse as it must."""
     budget = budget or ATTENTION_BUDGET
@@ -130,6 +134,7 @@ def payload(
         "measures": data.measures,
         "live": live,
         "live_note": live_note,
+        "features": features,
     }
 
 
@@ -181,7 +186,11 @@ def _script_safe_json(value: dict) -> str:
 
 
 def render(
-    data: ExplorerData, title: str, live: dict | None = None, live_note: str | None = None
+    data: ExplorerData,
+    title: str,
+    live: dict | None = None,
+    live_note: str | None = None,
+    features: dict | None = None,
 ) -> ExplorerPage:
     """page.html with its five markers replaced in one pass: the title, the CSS, the model's and the
     page's JavaScript (MODEL_SCRIPTS, PAGE_SCRIPTS) and the data. Each marker must occur exactly once in
@@ -192,7 +201,7 @@ def render(
         "css": _asset("explorer.css"),
         "model": scripts(MODEL_SCRIPTS),
         "js": scripts(PAGE_SCRIPTS),
-        "data": _script_safe_json(payload(data, title, live=live, live_note=live_note)),
+        "data": _script_safe_json(payload(data, title, live=live, live_note=live_note, features=features)),
     }
     found = MARKER.findall(template)
     if sorted(found) != sorted(parts):

@@ -58,6 +58,7 @@
     widths: new Map(), // font + text -> width: the same tokens are measured at every update
     // the live page's own: engine, removed heads, method, step, the last run, ... (live.startLive)
     live: null,
+    sae: null, // the features view's SAE, once decoded ({d_in, width, kind, k, tensors}; explore sae=)
     api: {}, // window.transformerLab (api.js), once the model is decoded
   };
   window.explorerTimings = state.timings;

@@ -13,6 +13,7 @@
   const { bindAblationView, drawAblationView } = TL.view_ablation;
   const { drawPredictionsView } = TL.view_predictions;
   const { drawPatchingView } = TL.view_patching;
+  const { drawFeaturesView } = TL.view_features;
   const { savePng, saveSvg } = TL.export;
 
   // ------------------------------------------------------------------------------- header
@@ -58,6 +59,7 @@
     ablation: drawAblationView,
     patching: drawPatchingView,
     predictions: drawPredictionsView,
+    ...(DATA.features ? { features: drawFeaturesView } : {}), // a page with an SAE (explore sae=)
   });
   const KIND_VIEWS = Object.freeze(["head", "model"]); // the views that show one kind of attention
 
@@ -95,6 +97,7 @@
   }
 
   function bind() {
+    $("features-tab").hidden = !DATA.features;
     for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => show(tab.dataset.view));
     const select = $("kind-select");
     select.replaceChildren(...state.kinds.map((k, i) => el("option", { value: i, text: k.title })));

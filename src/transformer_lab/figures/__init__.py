@@ -5,6 +5,7 @@ raster.py      the attention grid and the head-ablation table as RGB arrays, in 
 interpret.py   activation patching, the logit lens, deletion curves, head ablation
 tutorial.py    the sinusoidal positional encoding, the learning-rate schedule
 circuits.py    a circuit as a layered graph, with its faithfulness curve
+features.py    an SAE's features: their densities, the effect of ablating each
 """
 
 from transformer_lab.figures.attention import (

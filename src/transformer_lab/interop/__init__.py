@@ -10,6 +10,8 @@ One module per direction and format (docs/interop.md):
     hf_import.py          hf:<folder>: a saved GPT-2 (config.json, safetensors, tokenizer) as a DecoderLM
     families/             the transformers families, one module each (GPT-NeoX, Llama, GPT-Neo): their
                           config and weights, both ways
+    sae_lens.py           to=sae_lens: an SAE run as the folder SAELens saves (cfg.json, safetensors)
+    sae_lens_import.py    sae=saelens:<folder>: an SAE saved by SAELens as this project's SAE
 
 The libraries are optional (`pip install "transformer-lab[interop]"`): each is imported when a format
 needs it, and a missing one is a one-line ConfigError naming the install command (`require_package`).
@@ -23,7 +25,7 @@ from types import ModuleType
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.nn import ModelConfig
 
-FORMATS = ("transformer_lens", "huggingface", "onnx")
+FORMATS = ("transformer_lens", "huggingface", "onnx", "sae_lens")
 INSTALL = 'pip install "transformer-lab[interop]"'
 
 

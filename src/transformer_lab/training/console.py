@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformer_lab.nn import TokenModel
 
+# The grades an SAE's run writes in metrics.json where its activations' features are known (docs/features.md).
+SAE_GRADES = ("mmcs", "recovered_share", "previous_token_share", "previous_token_score")
+
 # Messages of other libraries that are worth a line on the console at INFO level (all of them are in
 # train.log): why training stopped (max_epochs, max_steps, max_time, early stopping).
 CONSOLE_INFO = re.compile(r"`Trainer\.fit` stopped")
@@ -164,12 +167,17 @@ def model_summary(net: TokenModel) -> str:
     return f"Model: {type(net).__name__} ({shape}), {params}"
 
 
-def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None) -> list[str]:
+def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None, sae: bool = False) -> list[str]:
     """The lines that end a run: its test metrics and where its files are, with the commands that open
-    them (as `python -m transformer_lab.<tool>`: they work in a checkout and in an installed package)."""
+    them (as `python -m transformer_lab.<tool>`: they work in a checkout and in an installed package).
+    `sae`: a sparse autoencoder's run (its answer keys' grades, the tools that read features)."""
     tests = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.startswith("test/"))
     run_dir = shown_path(output_dir)
-    lines = [f"Test: {tests or 'skipped'}", f"Run directory: {run_dir}"]
+    lines = [f"Test: {tests or 'skipped'}"]
+    grades = [f"{k}={metrics[k]:.4f}" for k in SAE_GRADES if isinstance(metrics.get(k), int | float)]
+    if grades:
+        lines.append(f"Answer key: {'  '.join(grades)}")
+    lines.append(f"Run directory: {run_dir}")
     lines.append(f"  metrics.json  {shown_path(output_dir / 'metrics.json')}")
     last = output_dir / "checkpoints" / "last.ckpt"
     if best_ckpt:
@@ -186,7 +194,10 @@ def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None) -> list[
         lines.append(f"  snapshots     {shown_path(snapshots)}/ ({many}, {size:.1f} MB on disk)")
     if any(output_dir.rglob("events.out.tfevents.*")):  # none with fast_dev_run or ~logger
         lines.append(f"  TensorBoard   tensorboard --logdir {run_dir}")
-    if best_ckpt or last.is_file():
+    if best_ckpt and sae:
+        command = f"python -m transformer_lab.interpret analysis=features sae={shown_path(best_ckpt)}"
+        lines.append(f"  Features      {command}")
+    elif best_ckpt or last.is_file():
         explored = shown_path(best_ckpt or last)
         lines.append(f"  Explore       python -m transformer_lab.explore ckpt_path={explored}")
     if len(files) > 1:

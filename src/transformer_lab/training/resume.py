@@ -22,14 +22,17 @@ log = logging.getLogger(__name__)
 def newest_resumable(task_dir: Path) -> Path:
     """`resume=auto`: the newest run directory of a task whose last.ckpt can be read; a one-line error
     naming an unreadable newest one (and the newest valid run, if any)."""
-    from transformer_lab.checkpoint import read
+    from transformer_lab import sae_checkpoint
+    from transformer_lab.checkpoint import read, read_file
 
     runs = sorted(task_dir.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
     require(bool(runs), f"resume=auto found no {task_dir}/<run>/checkpoints/last.ckpt; train a run first")
     problems = []
     for last in runs:
         try:
-            read(last)
+            contents = read_file(last)
+            is_sae = isinstance(contents, dict) and "sae" in (contents.get("hyper_parameters") or {})
+            sae_checkpoint.read(last, last) if is_sae else read(last)
         except ConfigError as error:
             problems.append((last, error))
             continue
@@ -135,13 +138,19 @@ def check_resumable(ckpt_path: str, model: TransformerPredictor, trainer: L.Trai
     """Read the checkpoint as any shared file is read (`transformer_lab.checkpoint`) and check that it fits
     the configured model and data, that its training state has the shapes the optimizer will load
     (Lightning would copy mismatched state into the optimizer unchecked), and that it has training left to
-    do under the configured limits."""
+    do under the configured limits. An SAE run's (`sae_checkpoint`) the same, its SAE for a model."""
     from transformer_lab.checkpoint import load
 
-    checkpoint = load(ckpt_path)
-    contents = checkpoint.contents
-    saved = checkpoint.config.architecture()
-    configured = model.net.config.architecture()
+    if "sae" in model.hparams:
+        from transformer_lab.sae_checkpoint import load_sae
+
+        run = load_sae(ckpt_path)
+        contents, saved, configured = run.contents, run.config.to_dict(), dict(model.hparams["sae"])
+    else:
+        checkpoint = load(ckpt_path)
+        contents = checkpoint.contents
+        saved = checkpoint.config.architecture()
+        configured = model.net.config.architecture()
     diffs = [f"{k}={v!r} (config: {configured[k]!r})" for k, v in saved.items() if v != configured[k]]
     require(
         not diffs,

@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_lab.data.activation_task import ActivationTask
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import Terminated, require
 from transformer_lab.files import write_text
@@ -170,14 +171,25 @@ def train(cfg: DictConfig) -> dict:
         f"data._target_={cfg.data.get('_target_')} is not a task (a transformer_lab.data.TaskDataModule)",
     )
     settings = OmegaConf.to_container(cfg.model, resolve=True)
+    require(
+        initial is None or not isinstance(task, ActivationTask),
+        f"init_from={cfg.init_from} starts a Transformer from a checkpoint, and experiment=sae trains a "
+        "sparse autoencoder of one (source= names it); leave init_from= out",
+    )
     if initial is not None:
         settings = init_from.adopt(initial, task, settings)
-    model = build_predictor(settings, task)
+    if isinstance(task, ActivationTask):  # a sparse autoencoder of activations
+        from transformer_lab.training.sae_module import build_sae_module
+
+        model = build_sae_module(settings, task)
+    else:
+        model = build_predictor(settings, task)
     if initial is not None:
         init_from.load_weights(model, initial, str(cfg.init_from))
         del initial
     threads = use_threads(cfg)
-    require_step_memory(model, task)
+    if not isinstance(task, ActivationTask):
+        require_step_memory(model, task)
     trainer = build_trainer(cfg)
     if ckpt_path is not None:
         check_resumable(ckpt_path, model, trainer)
@@ -207,6 +219,9 @@ def train(cfg: DictConfig) -> dict:
     )
     if results["phase_change"] is not None:
         metrics["phase_change"] = results["phase_change"]
+    metrics.update(getattr(model, "grades", {}))  # an SAE's answer keys (analysis.sae_measures)
+    if getattr(model, "histogram", None) is not None:
+        metrics["feature_density_histogram"] = model.histogram
     if trainer.is_global_zero:
         _write_results(trainer, cfg, metrics, output_dir)
     return metrics
@@ -272,8 +287,8 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
     scores = {f"hp/{k.replace('/', '_')}": v for k, v in metrics.items() if "/" in k}
     hparams = trainer.lightning_module.hparams
     flat = {
-        **{f"model.{k}": v for k, v in hparams["net"].items() if k != "vocab"},
-        **{f"model.{k}": v for k, v in hparams.items() if k != "net"},
+        **{f"model.{k}": v for k, v in (hparams.get("net") or hparams["sae"]).items() if k != "vocab"},
+        **{f"model.{k}": v for k, v in hparams.items() if k not in ("net", "sae")},
         **{
             f"data.{k}": v
             for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()
@@ -291,5 +306,6 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
         # Write these last records now: the Trainer already finalized its loggers, and leaving the flush
         # to garbage collection at exit can lose them (the last job of a sweep then has no hp/ scalars).
         logger.finalize("success")
-    for line in console.run_summary(output_dir, metrics, metrics.get("best_ckpt_path")):
+    sae = "sae" in hparams
+    for line in console.run_summary(output_dir, metrics, metrics.get("best_ckpt_path"), sae=sae):
         log.info(line)

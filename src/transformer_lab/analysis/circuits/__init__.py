@@ -4,7 +4,8 @@ A circuit is a small subgraph of the model's computational graph: the edges (or,
 the nodes) that carry the task from a clean input to its answer, against a corruption that changes the
 answer. One concept per file:
 
-    graph.py        the graph: nodes (embeddings, heads, MLPs, logits), the inputs they read, the edges
+    graph.py        the graph: nodes (embeddings, heads, MLPs, logits), the inputs they read, the edges;
+                    or an SAE's features and its error term (feature_graph: node level)
     metrics.py      the metric M a circuit is scored and evaluated by (logit_diff, logprob, kl), per example
     patcher.py      running the model with any sets of units patched at once; `prepare` makes the Setup
     options.py      what an analysis is asked for (metric, ablation, a method's Options), `Scores`
@@ -33,7 +34,15 @@ command line reads the registry (`METHODS.names()`) before it loads a model.
 
 import importlib
 
-from transformer_lab.analysis.circuits.graph import LEVELS, Graph, Node, Reader, graph, is_pre_norm
+from transformer_lab.analysis.circuits.graph import (
+    LEVELS,
+    Graph,
+    Node,
+    Reader,
+    feature_graph,
+    graph,
+    is_pre_norm,
+)
 from transformer_lab.analysis.circuits.methods import BUILT_IN, METHODS, Method, register, require_method
 from transformer_lab.analysis.circuits.options import (
     ABLATIONS,
@@ -66,8 +75,9 @@ _HOMES = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "ABLATIONS", "BUILT_IN", "LEVELS", "MAX_STEPS", "METHODS", "METRICS", "VERIFY", "Graph", "Method",
-    "Node", "Options", "Reader", "Scores", "graph", "is_pre_norm", "register", "require_ablation",
-    "require_method", "require_metric", "require_steps", "require_threshold", "require_verify", *_HOMES,
+    "Node", "Options", "Reader", "Scores", "feature_graph", "graph", "is_pre_norm", "register",
+    "require_ablation", "require_method", "require_metric", "require_steps", "require_threshold",
+    "require_verify", *_HOMES,
 ]  # fmt: skip
 
 

@@ -341,19 +341,21 @@ def discover(
     max_seconds: float | None = 600.0,
     verify: int = VERIFY,
     ci: float = 0.95,
+    graph: Graph | None = None,
 ) -> Circuit:
     """Score every edge (node) with the registered `method` (default: eap, or eap_ig for kl), check an
     approximate method's top `verify` units by exact patching (0: none), evaluate the top-k circuits by
     effect, find the smallest reaching 0.9 faithfulness; with `ci` (a level; 0: none), every number's
     bootstrap interval over the examples and each unit's stability; with `truth` (an answer key's
     circuit: edge names `src -> dst`, or node names), also the ROC AUC of the method's scores against it.
-    The metric defaults to logit_diff with a corruption and logprob without (patcher.prepare)."""
+    The metric defaults to logit_diff with a corruption and logprob without (patcher.prepare). `graph`: a
+    graph of units of your own (an SAE's features: `graph.feature_graph`)."""
     if method is not None:
         require_method(method)
     require_verify(verify)
     ci = check_level(ci)
     defaults = tuple(name for name, given in (("method", method), ("metric", metric)) if given is None)
-    setup = prepare(model, inputs, labels, corrupted, metric, ablation, level)
+    setup = prepare(model, inputs, labels, corrupted, metric, ablation, level, graph)
     if method is None:  # eap where its gradient says something; KL's is 0 at the clean input
         method = "eap_ig" if setup.metric.name == "kl" else "eap"
     units = setup.graph.units

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from transformer_lab.nn import TokenModel
 
 LEVELS = ("edge", "node")
+FEATURES_PER_ROW = 16  # a feature graph's drawing: this many features side by side
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Graph:
     writers: dict[str, list[int]]  # per stack, the nodes writing into its residual stream, in forward order
     edges: list[tuple[int, int]] = field(default_factory=list)
     scored: list[int] = field(default_factory=list)  # node level: the nodes patched and scored
+    features: bool = False  # the units are an SAE's features and its error (`feature_graph`)
 
     def index(self, name: str) -> int:
         return next(i for i, node in enumerate(self.nodes) if node.name == name)
@@ -267,3 +269,24 @@ def graph(model: TokenModel, level: str | None = None) -> Graph:
     else:
         result.scored = [i for i, node in enumerate(nodes) if node.hook and node.name != "encoder.output"]
     return result
+
+
+def feature_graph(model: TokenModel, hook: str, features: list[int]) -> Graph:
+    """The node-level graph of an SAE spliced into `model` at `hook` (`nn.sae.splice`): a node per feature
+    of `features` (`<hook>.sae.feature.{i}`, drawn `F{i}`: slice i of `<hook>.sae.hook_sae_acts_post`),
+    one for the SAE's error term (`<hook>.sae.error`), and the logits. Patching a feature replaces its
+    activation (the model's activation at the hook moves by the change times its decoder direction);
+    patching the error replaces the part of the activation the SAE does not reconstruct. Features have no
+    edges between them: one SAE's features all read the same activation, through the encoder's
+    nonlinearity, and all write into the same place."""
+    prefix = next((p for p in ("encoder.", "decoder.") if hook.startswith(p)), "")
+    point = f"{hook}.sae.hook_sae_acts_post"
+    nodes = [
+        Node(f"{hook}.sae.feature.{i}", f"F{i}", prefix, 1 + k // FEATURES_PER_ROW, point, i)
+        for k, i in enumerate(features)
+    ]
+    top = 1 + max(len(features) - 1, 0) // FEATURES_PER_ROW
+    nodes.append(Node(f"{hook}.sae.error", "error", prefix, 0, f"{hook}.sae.hook_sae_error"))
+    readout = next(iter(model.readout))
+    nodes.append(Node("logits", "logits", readout, top + 1, None))
+    return Graph("node", nodes, [], {}, scored=list(range(len(features) + 1)), features=True)

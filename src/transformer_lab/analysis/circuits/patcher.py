@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from transformer_lab.analysis.arguments import as_inputs, as_model
-from transformer_lab.analysis.circuits.graph import Graph, graph
+from transformer_lab.analysis.circuits.graph import Graph
+from transformer_lab.analysis.circuits.graph import graph as build_graph
 from transformer_lab.analysis.circuits.metrics import Metric, make_metric
 from transformer_lab.analysis.circuits.options import require_ablation, require_metric
 from transformer_lab.errors import require
@@ -117,9 +118,14 @@ class Patcher:
         if self.graph.nodes[nodes[0]].head is None:
             w = weight[:, 0, None, None, None]
             return (shaped + w * (self.alternative[nodes[0]] - shaped)).view_as(activation)
-        alternative = torch.stack([self.alternative[n] for n in nodes], dim=2)  # [B, T, H, d]
-        w = weight[:, None, None, :, None]
-        return (shaped + w * (alternative - shaped)).view_as(activation)
+        # slices of dimension 2: heads of [B, T, H, d], or an SAE's features of [B, T, W]
+        slots = [self.graph.nodes[n].head for n in nodes]
+        alternative = torch.stack([self.alternative[n] for n in nodes], dim=2)  # [B, T, n(, d)]
+        current = shaped[:, :, :, slots]
+        w = weight.view(*weight.shape[:1], 1, 1, weight.size(1), *([1] * (activation.dim() - 3)))
+        mixed = shaped.clone()
+        mixed[:, :, :, slots] = current + w * (alternative - current)
+        return mixed.view_as(activation)
 
     def _on_input(self, activation: Tensor, hook: HookPoint) -> Tensor:
         if self.keep is not None:
@@ -270,10 +276,12 @@ def prepare(
     metric: str | None = None,
     ablation: str = "corrupted",
     level: str | None = None,
+    graph: Graph | None = None,
 ) -> Setup:
     """The graph, the alternative outputs and the metric for a clean batch (inputs, labels) and, for
     `ablation="corrupted"` or `metric="logit_diff"`, its corruption (inputs, labels). The default metric
-    is logit_diff where there is a corruption, logprob where there is none."""
+    is logit_diff where there is a corruption, logprob where there is none. `graph`: a graph of other
+    units than the model's own (an SAE's features: `feature_graph`), instead of `graph(model, level)`."""
     model = as_model(model)
     inputs = as_inputs(inputs, model)
     require_ablation(ablation)
@@ -293,7 +301,7 @@ def prepare(
         "ablation=corrupted needs corrupted inputs, and this task defines no corruption; use ablation=zero "
         "or ablation=mean with metric=kl, or define corrupted_pairs in the task (docs/own_task.md)",
     )
-    g = graph(model, level)
+    g = graph if graph is not None else build_graph(model, level)
     ablated, corrupted_logits = None, None
     with evaluating(model):
         clean_logits, clean_outputs = node_outputs(model, g, inputs)
@@ -306,8 +314,8 @@ def prepare(
         if corrupted_logits is None and corrupted is not None and metric == "logit_diff":
             corrupted_logits = model(*corrupted_inputs)  # the corrupted answers where the labels stay
     m = make_metric(metric, clean_logits, labels, corrupted_labels, corrupted_logits)
-    if ablation == "corrupted":  # every edge patched with its corrupted value is the corrupted run
-        ablated = m.contributions(corrupted_logits)[0]
+    if ablation == "corrupted" and not g.features:  # every edge patched: the corrupted run
+        ablated = m.contributions(corrupted_logits)[0]  # (an SAE's features patched: its hook's only)
     patcher = Patcher(model, g, inputs, alternative)
     setup = Setup(
         model, g, inputs, clean_outputs, patcher, m, m.contributions(clean_logits)[0], ablated, ablation

@@ -1,0 +1,181 @@
+"""An SAE trained by train.py, end to end through Hydra's compose API: the synthetic answer key (its MMCS),
+the run's files (checkpoints, metrics.json under SAELens's names, TensorBoard), resume, and the refusals."""
+
+import json
+import os
+import subprocess
+import sys
+
+import lightning as L
+import pytest
+import torch
+
+from tests.conftest import COMMON, ROOT, compose_train_config
+from tests.test_train_reverse import _scalars
+from transformer_lab import ConfigError
+from transformer_lab.data import SuperpositionDataModule, SyntheticFeaturesDataModule
+from transformer_lab.train import train
+from transformer_lab.training.datamodule import LightningTask
+from transformer_lab.training.sae_module import build_sae_module
+
+SYNTHETIC = ["experiment=sae_synthetic", "threads=1", *COMMON, "trainer.log_every_n_steps=50"]
+SMALL = [
+    "data.val_size=512",
+    "data.test_size=2048",
+    "trainer.max_steps=600",
+    "trainer.val_check_interval=300",
+]
+MEASURES = ("l0", "l1", "mse", "explained_variance", "cossim", "dead_features", "dense_features", "loss")
+
+
+def test_the_synthetic_key_in_a_short_run(tmp_path):
+    metrics = train(compose_train_config(tmp_path, *SMALL, base=SYNTHETIC))
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["mmcs"] == metrics["mmcs"] >= 0.9
+    assert 0.8 <= saved["recovered_share"] <= 1
+    for name in MEASURES:
+        assert f"test/{name}" in saved and f"val/{name}" in saved
+    assert abs(saved["test/l0"] - 4) < 0.5  # topk, k=4
+    histogram = saved["feature_density_histogram"]
+    assert sum(histogram["counts"]) + histogram["dead"] == 256  # every feature counted once
+    checkpoint = torch.load(tmp_path / "checkpoints" / "best.ckpt", weights_only=True)
+    assert checkpoint["hyper_parameters"]["sae"]["width"] == 256
+    rows = checkpoint["state_dict"]["net.W_dec"]
+    torch.testing.assert_close(rows.norm(dim=1), torch.ones(256))  # unit norm after every step
+    scalars = _scalars(tmp_path)
+    assert {
+        "train/loss",
+        "train/mse_loss",
+        "train/l0",
+        "train/dead_features",
+        "val/explained_variance",
+    } <= set(scalars)
+
+
+def test_the_toy_model_key_in_a_short_run(tmp_path):
+    """The toy model of superposition represents more features than its 5 dimensions; the SAE on its
+    hidden layer finds their directions."""
+    toy = ["experiment=sae_toy", "threads=1", *COMMON, "trainer.log_every_n_steps=50", "data.toy_steps=1000"]
+    metrics = train(compose_train_config(tmp_path, *SMALL, base=toy))
+    assert metrics["mmcs"] >= 0.9 and metrics["recovered_share"] >= 0.8
+    task = SuperpositionDataModule(toy_steps=1000, verbose=False)
+    assert 5 < int(task.toy.represented().sum()) <= 20  # in superposition: more than its dimensions
+
+
+@pytest.mark.parametrize("kind", ["relu", "batchtopk", "jumprelu"])
+def test_every_kind_trains(tmp_path, kind):
+    steps = [
+        "trainer.max_steps=200",
+        "trainer.val_check_interval=100",
+        "data.val_size=256",
+        "data.test_size=256",
+    ]
+    metrics = train(compose_train_config(tmp_path, f"model.kind={kind}", *steps, base=SYNTHETIC))
+    assert metrics["test/explained_variance"] > 0.3 and 0 < metrics["mmcs"] <= 1
+
+
+def test_an_sae_run_resumes_where_it_stopped(tmp_path):
+    """resume: the SAE, Adam's state, the dead-feature counts and the step go on from last.ckpt; another
+    SAE is refused."""
+    steps = ["data.val_size=64", "data.test_size=64", "trainer.val_check_interval=20"]
+    train(compose_train_config(tmp_path / "first", "trainer.max_steps=20", *steps, base=SYNTHETIC))
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    assert saved["global_step"] == 20 and "steps_since_fired" in saved["state_dict"]
+    resumed = train(
+        compose_train_config(
+            tmp_path / "resumed", f"ckpt_path={last}", "trainer.max_steps=40", *steps, base=SYNTHETIC
+        )
+    )
+    assert resumed["global_step"] == 40
+    final = torch.load(tmp_path / "resumed" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["optimizer_states"][0]["state"][0]["step"].item() == 40
+    with pytest.raises(ConfigError, match="was trained with another model or data"):
+        train(
+            compose_train_config(
+                tmp_path / "other", f"ckpt_path={last}", "model.expansion=4", *steps, base=SYNTHETIC
+            )
+        )
+
+
+def test_resampling_gives_dead_features_the_direction_of_a_badly_reconstructed_input(tmp_path):
+    task = SyntheticFeaturesDataModule(val_size=64, test_size=64)
+    module = build_sae_module({"kind": "relu", "expansion": 2, "lr": 1e-3}, task)
+    trainer = L.Trainer(
+        max_steps=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=LightningTask(task))
+    net = module.net
+    dead = torch.arange(5)
+    module.steps_since_fired[dead] = module.hparams.dead_window
+    before = net.W_dec.detach().clone()
+    x = task.draw(512, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        error = x * net.input_scale - net.decode(net.encode(x)) * net.input_scale
+    assert module.resample(x) == 5
+    changed = (net.W_dec.detach() - before).norm(dim=1) > 1e-6
+    assert changed[:5].all() and not changed[5:].any()  # the dead ones only
+    torch.testing.assert_close(net.W_dec.detach().norm(dim=1), torch.ones(net.width))
+    directions = error / error.norm(dim=1, keepdim=True)
+    best = (net.W_dec.detach()[:5] @ directions.t()).max(dim=1).values
+    torch.testing.assert_close(best, torch.ones(5), atol=1e-4, rtol=0)  # each one is an input's error
+    assert (net.b_enc.detach()[:5] == 0).all() and (module.steps_since_fired[:5] == 0).all()
+    state = trainer.optimizers[0].state[net.W_dec]
+    assert (state["exp_avg"][:5] == 0).all() and (state["exp_avg_sq"][:5] == 0).all()
+    assert module.resample(x) == 0  # nothing dead any more
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_with_resampling(tmp_path):
+    """`python train.py experiment=sae_synthetic trainer=ddp` on 2 CPU processes, relu resampling its dead
+    features (the batch and the dead set taken from rank 0 and the ranks' minimum: the ranks stay one
+    model): one run directory, the measures and the grade in metrics.json."""
+    result = subprocess.run(
+        [sys.executable, "train.py", "experiment=sae_synthetic", "trainer=ddp", "trainer.accelerator=cpu",
+         "trainer.devices=2", "model.kind=relu", "model.resample_every=20", "model.dead_window=10",
+         "trainer.max_steps=40", "trainer.val_check_interval=20", "data.val_size=256", "data.test_size=256",
+         f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", "HYDRA_FULL_ERROR": "0"},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["global_step"] == 40 and 0 < saved["mmcs"] <= 1 and "test/explained_variance" in saved
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.k=300"], "model.k=300 is more than the SAE's width of 256 features"),
+        (["model.expansion=100000000"], "model.expansion=100000000 x d_in=32"),
+        (["model.kind=gated"], "model.kind='gated' is unknown"),
+        (["model.expansion=0"], "model.expansion=0 must be a positive integer"),
+        (["model.l1=-1"], "model.l1=-1 must be a number >= 0"),
+    ],
+)
+def test_bad_settings_are_one_line(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        train(compose_train_config(tmp_path, *overrides, base=SYNTHETIC))
+
+
+@pytest.mark.reproduce
+@pytest.mark.parametrize("experiment", ["sae_synthetic", "sae_toy"])
+@pytest.mark.parametrize("kind", ["topk", "relu"])
+def test_the_keys_reach_mmcs_095_with_the_defaults(tmp_path, experiment, kind):
+    """`python train.py experiment=sae_synthetic` and `experiment=sae_toy` (topk; relu with its default
+    l1): MMCS >= 0.95."""
+    base = [f"experiment={experiment}", "threads=1", *COMMON, "trainer.log_every_n_steps=50"]
+    metrics = train(compose_train_config(tmp_path, f"model.kind={kind}", base=base))
+    assert metrics["mmcs"] >= 0.95, metrics
+
+
+@pytest.mark.reproduce
+def test_the_induction_key_is_graded(tmp_path):
+    """`python train.py experiment=sae source=pretrained:induction_heads hook=blocks.0.hook_attn_out`:
+    previous_token_share and previous_token_score in metrics.json (docs/features.md says what they reach
+    and why the share stays below the issue's 0.8 on this model)."""
+    base = ["experiment=sae", "source=pretrained:induction_heads", "hook=blocks.0.hook_attn_out", "threads=1"]
+    metrics = train(compose_train_config(tmp_path, *COMMON, base=base))
+    assert 0 <= metrics["previous_token_share"] <= 1 and 0 < metrics["previous_token_score"] <= 1
+    assert metrics["test/ce_loss_score"] > 0.9
