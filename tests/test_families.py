@@ -180,6 +180,14 @@ HOSTILE = [  # (family, config.json changes, the one line)
     ("pythia", {"hidden_size": 2**20}, "hidden_size=1048576 is more than this package's limit of 32768"),
     ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "layer_types": ["full_attention"]},
      "layer_types must list each of the 2 layers' attention"),
+    # a value of another type than the family's config holds: named where it is read, for every family
+    ("pythia", {"use_parallel_residual": "true"}, 'use_parallel_residual="true" must be true or false'),
+    ("pythia", {"hidden_size": 64.0}, "hidden_size=64.0 must be an integer"),
+    ("smollm", {"hidden_act": ["silu"]}, 'hidden_act=["silu"] must be a string'),
+    ("smollm", {"rms_norm_eps": "1e-5"}, 'rms_norm_eps="1e-5" must be a number'),
+    ("qwen2", {"num_key_value_heads": [2]}, "num_key_value_heads=[2] must be an integer"),
+    ("tinystories", {"window_size": "4"}, 'window_size="4" must be an integer'),
+    ("tinystories", {"attention_layers": "global"}, "attention_layers names 'global' layers' attention"),
 ]  # fmt: skip
 
 
