@@ -23,6 +23,12 @@ from transformer_lab.training.datamodule import LightningTask
 from transformer_lab.training.predictor import TransformerPredictor
 
 ROOT = Path(__file__).resolve().parents[1]
+# The suite runs one process per core (pytest-xdist's -n auto), each with one torch thread, and so does
+# every script a test starts: processes x threads never exceed the cores (two threads each on two busy
+# cores run several times slower). Run alone (-n 0), a test and its scripts use two threads.
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+os.environ["OMP_NUM_THREADS"] = str(THREADS)
+torch.set_num_threads(THREADS)
 
 # Any task: CPU, a TensorBoard point per step, no progress bar in test logs.
 COMMON = ["trainer.accelerator=cpu", "trainer.log_every_n_steps=1", "callbacks.progress_bar.refresh_rate=0"]
@@ -45,6 +51,7 @@ def root_logging_restored():
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     yield
+    torch.set_num_threads(THREADS)  # a run in-process sets its own
     for handler in [h for h in root.handlers if h not in handlers]:
         root.removeHandler(handler)
         handler.close()
@@ -96,8 +103,8 @@ def compose_train_config(run_dir: Path, *overrides: str, base: list[str] = TINY_
 def run_cli(
     *args: str, cwd: Path = ROOT, timeout: int = 300, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """Run a project script as a user would (`python train.py ...`), with at most 2 torch threads."""
-    env = {**(env or os.environ), "OMP_NUM_THREADS": "2", "HYDRA_FULL_ERROR": "0"}
+    """Run a project script as a user would (`python train.py ...`), with the suite's torch threads."""
+    env = {**(env or os.environ), "OMP_NUM_THREADS": str(THREADS), "HYDRA_FULL_ERROR": "0"}
     return subprocess.run(
         [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -3,6 +3,7 @@ changes it measures: fused AdamW, training metrics logged only when written, eag
 
 import importlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -245,7 +246,9 @@ def test_explorer_phase_measures_the_page(phase, tmp_path):
     from bench_phases import Context
     from bench_phases.common import QUICK
 
-    results = phase("explorer").bench_explorer(Context(QUICK, tmp_path))
+    # its own thread: the suite's shared browser (conftest's `browser`) may hold this one's event loop
+    with ThreadPoolExecutor(1) as thread:
+        results = thread.submit(phase("explorer").bench_explorer, Context(QUICK, tmp_path)).result()
     assert 0 < results["explorer_mb"] < 5 and results["explorer_collect_seconds"] > 0
     if "explorer_render_ms" in results:
         assert 0 < results["explorer_render_ms"] < 10_000 and results["explorer_model_view_ms"] > 0
