@@ -3,6 +3,7 @@ steps, each file loadable as a shipped model; a resumed run continues the schedu
 twice or skipping one; the one nearest a step; bad input as one line."""
 
 import itertools
+import logging
 
 import pytest
 import torch
@@ -184,6 +185,17 @@ def test_a_disk_budget_thins_the_snapshots_log_evenly(tmp_path):
     assert [f.name for f in files] == [snapshots_module.snapshot_name(s) for s in snapshot_steps(40, kept)]
     with pytest.raises(ConfigError, match="max_disk='lots' is not a size; write it as 500KB, 64MB or 2GB"):
         Snapshots("x", max_disk="lots")
+
+
+def test_a_budget_no_snapshot_fits_says_so(tmp_path, caplog):
+    """A model larger than the budget keeps no snapshot, and the run says why and what to raise."""
+    run = tmp_path / "run"
+    with caplog.at_level(logging.INFO):
+        train(compose_train_config(run, "trainer.max_steps=3", "callbacks.snapshots.max_disk=1KB"))
+    assert not list((run / "checkpoints").glob("snapshots/*.ckpt"))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Snapshots: ")]
+    assert said and said[0].startswith("Snapshots: none of 32 fit callbacks.snapshots.max_disk=1.0 kB (")
+    assert said[0].endswith("raise max_disk to study training over time (analysis=dynamics)")
 
 
 def test_a_short_text_run_keeps_little_on_disk_by_default(tmp_path):

@@ -156,10 +156,12 @@ class Snapshots(L.Callback):
             return
         weights = sum(t.numel() * t.element_size() for t in pl_module.state_dict().values())
         self.kept = self.affordable(weights)
-        if self.kept < self.count and trainer.is_global_zero and self._active(trainer):
+        shown = trainer.is_global_zero and not trainer.fast_dev_run and not trainer.sanity_checking
+        if self.kept < self.count and shown:
+            spread = ", spread log-evenly over the run" if self.kept else ""
             log.info(
-                f"Snapshots: {self.kept} of {self.count} fit callbacks.snapshots.max_disk="
-                f"{size_text(self.max_disk)} ({size_text(weights)} each), spread log-evenly over the run; "
+                f"Snapshots: {self.kept or 'none'} of {self.count} fit callbacks.snapshots.max_disk="
+                f"{size_text(self.max_disk)} ({size_text(weights)} each){spread}; "
                 "raise max_disk to study training over time (analysis=dynamics)"
             )
         self.steps = self.schedule(trainer, self.kept)
