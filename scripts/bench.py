@@ -18,6 +18,7 @@ registry's order, and prints the report: the table of every figure, each phase's
 
 import argparse
 import json
+import operator
 import os
 import re
 import sys
@@ -30,6 +31,9 @@ from bench_phases import Context, phases
 from bench_phases.common import FULL, QUICK
 
 PHASES = tuple(phases())
+
+
+COMPARISONS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}  # a target's op
 
 
 def table(results: dict, check_targets: bool) -> str:
@@ -47,7 +51,7 @@ def table(results: dict, check_targets: bool) -> str:
             if check_targets and keys[0] in phase.targets:
                 op, threshold = phase.targets[keys[0]]
                 value = results[keys[0]]
-                met = {">=": value >= threshold, "<=": value <= threshold, "<": value < threshold}[op]
+                met = COMPARISONS[op](value, threshold)
                 target = f"{op} {threshold:g}: {'met' if met else 'NOT met'}"
             lines.append(f"| {name} | {fmt.format(*(results[k] for k in keys))} | {spread} | {target} |")
     return "\n".join(lines)

@@ -114,6 +114,15 @@ def test_quick_benchmark_produces_every_figure(tmp_path, bench):
     )
 
 
+def test_every_target_of_every_phase_is_one_the_table_can_check(bench):
+    """Each phase's targets compare with an operator the report knows (a full run checks them all)."""
+    from bench_phases import _PHASES
+
+    for name in bench.PHASES:
+        for key, (op, threshold) in _PHASES[name].targets.items():
+            assert op in bench.COMPARISONS and isinstance(threshold, int | float), (name, key, op)
+
+
 def test_the_threads_table_says_where_a_second_thread_pays(phase):
     """The threads phase's sizes, timed for real (a step of the smallest decoder with 1 and 2 threads),
     shown as the table performance.md copies."""
