@@ -225,3 +225,15 @@ def offline(monkeypatch, tmp_path):
 def transformers():
     """Hugging Face `transformers` (the dev extra installs it); the test skips without it."""
     return pytest.importorskip("transformers")
+
+
+# The files whose tests take longest (make reproduce's sweeps, the docs pages' runs), handed out first:
+# with --dist loadfile a file runs on one process, and a long file started last keeps the run waiting
+# on it while the other process is idle.
+LONGEST_FIRST = ("test_dynamics_page.py", "test_docs_features.py", "test_docs.py", "test_labs.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the tests of LONGEST_FIRST's files before the others (each file's own order kept)."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
