@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
-from torch.utils.data import IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 
 from transformer_lab.data.task import TaskDataModule
 
@@ -67,6 +67,28 @@ class ActivationTask(TaskDataModule):
 
     def check_architecture(self, arch: str) -> None:
         """An activation task trains an SAE only (checked by its own module)."""
+
+
+SPLITS = ("train", "val", "test")
+
+
+class DrawnActivations(ActivationTask):
+    """An activation task whose examples are drawn (`draw(count, generator)`), not read: fixed val and
+    test sets from seeds of their own, and an endless stream of training batches."""
+
+    def draw(self, count: int, generator: torch.Generator) -> Tensor:
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        for split in ("val", "test"):
+            if split not in self.splits:
+                generator = torch.Generator().manual_seed(self.seed + SPLITS.index(split))
+                self.splits[split] = self.draw(self.sizes[split], generator)
+
+    def train_dataloader(self) -> DataLoader:
+        rank, _ = rank_of(self)
+        batches = Batches(lambda g: self.draw(self.batch_size, g), self.seed + 3, rank)
+        return DataLoader(batches, batch_size=None)
 
 
 class Batches(IterableDataset):

@@ -20,17 +20,16 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from transformer_lab.data.activation_task import ActivationTask, Batches, rank_of
+from transformer_lab.data.activation_task import DrawnActivations
 from transformer_lab.errors import require
 from transformer_lab.nn.superposition import ToyModel
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "val", "test")
 TOY_BATCH = 512
 
 
-class SuperpositionDataModule(ActivationTask):
+class SuperpositionDataModule(DrawnActivations):
     """The hidden activations of a toy model of superposition (see the module docstring)."""
 
     hook = "hook_hidden"
@@ -112,18 +111,9 @@ class SuperpositionDataModule(ActivationTask):
         with torch.no_grad():
             return self.toy.hidden(self.features(count, generator))
 
-    def setup(self, stage: str | None = None) -> None:
-        for split in ("val", "test"):
-            if split not in self.splits:
-                generator = torch.Generator().manual_seed(self.seed + SPLITS.index(split))
-                self.splits[split] = self.draw(self.sizes[split], generator)
-
     def train_dataloader(self) -> DataLoader:
-        rank, _ = rank_of(self)
         self.toy  # noqa: B018  (trained here, before the loader's stream begins)
-        return DataLoader(
-            Batches(lambda g: self.draw(self.batch_size, g), self.seed + 3, rank), batch_size=None
-        )
+        return super().train_dataloader()
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.splits["val"], batch_size=self.batch_size)

@@ -20,13 +20,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from transformer_lab.data.activation_task import ActivationTask, Batches, rank_of
+from transformer_lab.data.activation_task import DrawnActivations
 from transformer_lab.errors import require
 
-SPLITS = ("train", "val", "test")
 
-
-class SyntheticFeaturesDataModule(ActivationTask):
+class SyntheticFeaturesDataModule(DrawnActivations):
     """Activations `d_in` wide made of `num_features` known directions, `active` on at a time on average
     (see the module docstring); the directions from `seed`, the validation and test sets from seed + 1
     and seed + 2, training batches drawn anew forever (a run ends at trainer.max_steps)."""
@@ -72,17 +70,6 @@ class SyntheticFeaturesDataModule(ActivationTask):
         """`count` activations [count, d_in]."""
         on = torch.rand(count, self.num_features, generator=generator) < self.active / self.num_features
         return (torch.rand(count, self.num_features, generator=generator) * on) @ self.directions
-
-    def setup(self, stage: str | None = None) -> None:
-        for split in ("val", "test"):
-            if split not in self.splits:
-                generator = torch.Generator().manual_seed(self.seed + SPLITS.index(split))
-                self.splits[split] = self.draw(self.sizes[split], generator)
-
-    def train_dataloader(self) -> DataLoader:
-        rank, _ = rank_of(self)
-        batches = Batches(lambda g: self.draw(self.batch_size, g), self.seed + 3, rank)
-        return DataLoader(batches, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self.splits["val"], batch_size=self.batch_size)
