@@ -22,6 +22,8 @@ from transformer_lab.training.compose import run_config
 from transformer_lab.training.datamodule import LightningTask
 from transformer_lab.training.predictor import TransformerPredictor
 
+pytest_plugins = ["tests.dynamics_runs"]  # its `trained` fixture: docs/dynamics.md's runs, for three files
+
 ROOT = Path(__file__).resolve().parents[1]
 # The suite runs one process per core (pytest-xdist's -n auto), each with one torch thread, and so does
 # every script a test starts: processes x threads never exceed the cores (two threads each on two busy
@@ -230,7 +232,14 @@ def transformers():
 # The files whose tests take longest (make reproduce's sweeps, the docs pages' runs), handed out first:
 # with --dist loadfile a file runs on one process, and a long file started last keeps the run waiting
 # on it while the other process is idle.
-LONGEST_FIRST = ("test_dynamics_page.py", "test_docs_features.py", "test_docs.py", "test_labs.py")
+LONGEST_FIRST = (
+    "test_dynamics_controls.py",
+    "test_dynamics_grokking.py",
+    "test_dynamics_page.py",
+    "test_docs_features.py",
+    "test_docs.py",
+    "test_labs.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
