@@ -9,7 +9,6 @@ import logging
 import os
 import re
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from tests.conftest import COMMON, compose_train_config, load_script
 from tests.text_corpus import write_corpus
 from transformer_lab.data import ShakespeareDataModule, TextDataModule
 from transformer_lab.data import tokenizer as tokenizer_module
-from transformer_lab.data import tokens as tokens_module
 from transformer_lab.data.corpus import Corpus, split_text
 from transformer_lab.data.tokenizer import BPETokenizer, train_bpe
 from transformer_lab.errors import ConfigError
@@ -213,30 +211,6 @@ def test_pieces_are_cut_where_a_gpt2_tokenizer_cuts_anyway(corpus):
     bpe = train_bpe([text[:200_000]], 400)
     whole = bpe.encode(text).tolist()
     assert [i for p in pieces for i in bpe.encode(p).tolist()] == whole  # the pieces' tokens: the text's
-
-
-def test_reading_ahead_keeps_the_order_raises_where_the_reader_failed_and_stops_with_its_caller():
-    """The tokenizer's input is read by a thread a few groups ahead (tokens.read_ahead): the same items in
-    the same order, a reader's error raised after the items before it, and a caller that stops early
-    leaves no thread running."""
-
-    def reader(fail_at: int | None = None):
-        for i in range(50):
-            if i == fail_at:
-                raise ConfigError(f"data.path: file {i} is not UTF-8 text")
-            yield i
-
-    assert list(tokens_module.read_ahead(reader())) == list(range(50))
-    got = []
-    with pytest.raises(ConfigError, match="file 7 is not UTF-8"):
-        for item in tokens_module.read_ahead(reader(fail_at=7)):
-            got.append(item)
-    assert got == list(range(7))
-    before = threading.active_count()
-    items = tokens_module.read_ahead(reader())
-    assert next(items) == 0
-    items.close()  # the caller stops early (an error of its own, Ctrl-C)
-    assert threading.active_count() == before
 
 
 # ------------------------------------------------------------------------------------ refusals

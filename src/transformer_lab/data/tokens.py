@@ -31,12 +31,10 @@ import hashlib
 import json
 import logging
 import os
-import queue
 import re
 import shutil
 import stat
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -518,50 +516,6 @@ def count(n: float) -> str:
     return f"{n:.0f}"
 
 
-def read_ahead(items: Iterator, depth: int = 2) -> Iterator:
-    """`items`, made by a thread `depth` items ahead of the caller: reading and cutting the corpus's next
-    pieces (Python, holding the GIL) overlaps the tokenizer's encoding of the current ones (Rust, on every
-    core, without the GIL), where it would otherwise add its time to the tokenizer's. An exception of the
-    thread (a file refused, a reader's failure) is raised here, in order; a caller that stops early stops
-    the thread."""
-    done = object()
-    ahead: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: object) -> bool:
-        while not stop.is_set():
-            try:
-                ahead.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not put((item, None)):
-                    return
-        except BaseException as exc:  # raised again in the caller's thread
-            put((None, exc))
-            return
-        put((done, None))
-
-    thread = threading.Thread(target=produce, name="read_ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, exc = ahead.get()
-            if exc is not None:
-                raise exc
-            if item is done:
-                return
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
 def _batches(pieces: Iterator[Piece]) -> Iterator[list[Piece]]:
     """Pieces in groups of about ENCODE_CHARS characters (one tokenizer call each)."""
     group, size = [], 0
@@ -585,7 +539,7 @@ def write_tokens(folder: Path, corpus: Corpus, tokenizer: AnyTokenizer, dtype: n
     progress = Progress("Tokenizing", total=corpus.total_bytes, unit="MB", scale=1e6)
     with open(folder / "tokens.bin", "wb") as tokens, open(folder / "documents.bin", "wb") as documents:
         documents.write(np.zeros(1, dtype="<u8").tobytes())
-        for group in read_ahead(_batches(corpus.pieces())):
+        for group in _batches(corpus.pieces()):
             if isinstance(tokenizer, BPETokenizer):
                 encoded = tokenizer.encode_many([p.text for p in group])
             else:
