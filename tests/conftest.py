@@ -229,16 +229,21 @@ def transformers():
     return pytest.importorskip("transformers")
 
 
-# The files whose tests take longest (make reproduce's sweeps, the docs pages' runs), handed out first:
-# with --dist loadfile a file runs on one process, and a long file started last keeps the run waiting
-# on it while the other process is idle.
+# The files whose tests take longest, longest first (measured: make reproduce's sweeps, the docs pages'
+# runs, then make test's slowest), handed out first: with --dist loadfile a file runs on one process, and
+# a long file started last keeps the run waiting on it while the other process is idle
+# (--no-loadscope-reorder keeps this order; xdist would otherwise put the files with most tests first).
 LONGEST_FIRST = (
+    "test_dynamics_page.py",
     "test_dynamics_controls.py",
     "test_dynamics_grokking.py",
-    "test_dynamics_page.py",
     "test_docs_features.py",
     "test_docs.py",
+    "test_text_page.py",
+    "test_bench.py",
     "test_labs.py",
+    "test_faults.py",
+    "test_sweeps.py",
 )
 
 

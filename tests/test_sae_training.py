@@ -159,23 +159,6 @@ def test_bad_settings_are_one_line(tmp_path, overrides, message):
         train(compose_train_config(tmp_path, *overrides, base=SYNTHETIC))
 
 
-@pytest.mark.reproduce
-@pytest.mark.parametrize("experiment", ["sae_synthetic", "sae_toy"])
-@pytest.mark.parametrize("kind", ["topk", "relu"])
-def test_the_keys_reach_mmcs_095_with_the_defaults(tmp_path, experiment, kind):
-    """`python train.py experiment=sae_synthetic` and `experiment=sae_toy` (topk; relu with its default
-    l1): MMCS >= 0.95."""
-    base = [f"experiment={experiment}", "threads=1", *COMMON, "trainer.log_every_n_steps=50"]
-    metrics = train(compose_train_config(tmp_path, f"model.kind={kind}", base=base))
-    assert metrics["mmcs"] >= 0.95, metrics
-
-
-@pytest.mark.reproduce
-def test_the_induction_key_is_graded(tmp_path):
-    """`python train.py experiment=sae source=pretrained:induction_heads hook=blocks.0.hook_attn_out`:
-    previous_token_share and previous_token_score in metrics.json (docs/features.md says what they reach
-    and why the share stays below the issue's 0.8 on this model)."""
-    base = ["experiment=sae", "source=pretrained:induction_heads", "hook=blocks.0.hook_attn_out", "threads=1"]
-    metrics = train(compose_train_config(tmp_path, *COMMON, base=base))
-    assert 0 <= metrics["previous_token_share"] <= 1 and 0 < metrics["previous_token_score"] <= 1
-    assert metrics["test/ce_loss_score"] > 0.9
+# The answer keys graded with the defaults (mmcs >= 0.95 for topk and relu on the synthetic and toy keys,
+# the induction key's previous_token_share and ce_loss_score): docs/features.md's table of every kind on
+# every key, run in full by tests/test_docs_features.py under make reproduce (numbers within 2%).
