@@ -10,7 +10,6 @@ import pytest
 
 import transformer_lab
 from tests.conftest import load_script
-from tests.dynamics_runs import working_in
 from transformer_lab.analysis import controls
 
 FORMATION = {
@@ -33,7 +32,7 @@ def test_no_control_has_an_event_and_the_margins_are_printed(trained, capsys):
     folder = trained.root / "saved_models" / "controls"
     out = trained.root / "controls_out"
     printed = io.StringIO()
-    with working_in(trained.root), contextlib.redirect_stdout(printed):
+    with contextlib.chdir(trained.root), contextlib.redirect_stdout(printed):
         load_script("interpret").main([f"ckpt_path={folder}", "analysis=controls", f"out_dir={out}"])
     record = json.loads((out / "controls.json").read_text())
     assert list(record) == [control.name for control in controls.CONTROLS]
