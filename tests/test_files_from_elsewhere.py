@@ -17,7 +17,7 @@ from tests.test_hf_import import copy_folder, gpt2_folder
 from transformer_lab.cli import run
 from transformer_lab.data import TextDataModule
 from transformer_lab.data import tokens as tokens_module
-from transformer_lab.data.corpus import MAX_RUN, Corpus, split_text
+from transformer_lab.data.corpus import LONG_RUN, MAX_RUN, Corpus, cut_long_runs, split_text
 from transformer_lab.data.tokenizer import BPETokenizer, train_bpe
 from transformer_lab.data.tokenizer_spec import risky_regex
 from transformer_lab.errors import ConfigError
@@ -146,6 +146,26 @@ def test_text_without_whitespace_is_cut_into_words_of_bounded_length():
     prose = ROMEO * 2000  # no word is long: cut only after a line break, into pieces of ~64 K
     pieces = list(split_text(prose))
     assert "".join(pieces) == prose and len(pieces) == 2 and len(pieces[0]) > 65_000
+
+
+def test_the_quick_test_for_long_words_misses_none():
+    """cut_long_runs skips its regular expression where the bytes show no long run: on words of every
+    length around MAX_RUN, of one-byte, multi-byte and surrogate-pair characters, between ASCII and
+    Unicode spaces (U+3000, U+001C, which are whitespace to Python but no ASCII space byte), the cuts
+    are the regular expression's own."""
+    import random
+
+    rng = random.Random(0)
+    letters = ["a", "é", "東", "🙂", "\x1c", "\u3000", " ", "\n", "\t"]
+    for _ in range(300):
+        words = ["".join(rng.choices(letters[:4], k=rng.choice([1, MAX_RUN - 1, MAX_RUN, MAX_RUN + 1, 700])))
+                 for _ in range(rng.randint(1, 4))]  # fmt: skip
+        text = "".join(w + rng.choice(letters[4:]) for w in words)
+        expected = [m.end() for m in LONG_RUN.finditer(text)]
+        pieces = list(cut_long_runs(text))
+        assert "".join(pieces) == text
+        assert all(len(w) <= MAX_RUN for p in pieces for w in p.split())
+        assert (len(pieces) > 1) == bool(expected)
 
 
 def test_the_bpe_learns_from_a_bounded_share_of_words_that_never_repeat(tmp_path, monkeypatch):

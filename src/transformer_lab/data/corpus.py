@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.files import reading
 from transformer_lab.limits import size_text
@@ -46,6 +48,8 @@ MAX_HASHED_FILES = 1_000_000  # a glob matching more files than this is surely a
 LINE_START = re.compile(r"\n(?=\S)")  # a line break a word follows: a cut that changes no token
 MAX_RUN = 256  # characters without whitespace that a piece may hold in a row (a word is never longer)
 LONG_RUN = re.compile(rf"\S{{{MAX_RUN + 1},}}")
+ASCII_SPACE = np.zeros(256, dtype=bool)  # the bytes that are whitespace: space, \t, \n, \v, \f, \r
+ASCII_SPACE[list(b" \t\n\v\f\r")] = True
 
 
 @dataclass(frozen=True)
@@ -83,12 +87,31 @@ def cut_long_runs(piece: str) -> Iterator[str]:
     piece on its own, so no word it sees is longer than that: a corpus that is one long line of letters
     is then words of 256 characters, not of 64 K (the BPE trainer keeps about 50 bytes per character
     of every distinct word, and splits each word's merges over its length)."""
+    if not may_have_long_run(piece):  # nearly every piece of prose: no regular expression needed
+        yield piece
+        return
     start = 0
     for run in LONG_RUN.finditer(piece):
         for cut in range(run.start() + MAX_RUN, run.end(), MAX_RUN):
             yield piece[start:cut]
             start = cut
     yield piece[start:]
+
+
+def may_have_long_run(piece: str) -> bool:
+    """False when `piece` surely has no run of more than `MAX_RUN` characters without whitespace: its
+    UTF-8 bytes have no run of more than `MAX_RUN` bytes without ASCII whitespace. A character is one byte
+    or more, and no character that is not whitespace has an ASCII whitespace byte, so a long run of
+    characters is a longer run of bytes: the test never misses one (Unicode's other spaces only make it
+    say True where `LONG_RUN` then finds nothing). In numpy it reads a byte in about 5 ns, a third of
+    what the regular expression takes: the difference between tokenizing at the `tokenizers` library's
+    speed or 10% below it (docs/performance.md)."""
+    data = np.frombuffer(piece.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    if len(data) <= MAX_RUN:
+        return False
+    spaces = np.flatnonzero(ASCII_SPACE[data])
+    runs = np.diff(spaces, prepend=-1, append=len(data)) - 1  # the bytes between neighbouring spaces
+    return bool(runs.max() > MAX_RUN)
 
 
 def is_glob(path: str) -> bool:

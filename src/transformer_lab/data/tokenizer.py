@@ -302,11 +302,12 @@ class BPETokenizer:
             )
         return np.array(encoding.ids, dtype=np.int64)
 
-    def encode_many(self, texts: list[str]) -> list[np.ndarray]:
-        """Several texts at once (the corpus, in pieces: tokenizers encodes them on every core)."""
+    def encode_many(self, texts: list[str], dtype: np.typing.DTypeLike = np.int64) -> list[np.ndarray]:
+        """Several texts at once (the corpus, in pieces: tokenizers encodes them on every core), their ids
+        as arrays of `dtype` (read straight into it: a token file's dtype needs no second copy)."""
         with reading(f"the tokenizer of {self.where}", "failed on the text"):
             encoded = self._hf.encode_batch_fast(texts, False)
-        return [np.array(e.ids, dtype=np.int64) for e in encoded]
+        return [np.fromiter(e.ids, dtype=dtype, count=len(e)) for e in encoded]
 
     def decode(self, ids: Tensor | Sequence[int], skip: Collection[int] = ()) -> str:
         """The text of the ids (without those in `skip`); a character split between tokens whose other

@@ -541,13 +541,13 @@ def write_tokens(folder: Path, corpus: Corpus, tokenizer: AnyTokenizer, dtype: n
         documents.write(np.zeros(1, dtype="<u8").tobytes())
         for group in _batches(corpus.pieces()):
             if isinstance(tokenizer, BPETokenizer):
-                encoded = tokenizer.encode_many([p.text for p in group])
+                encoded = tokenizer.encode_many([p.text for p in group], dtype)
             else:
                 encoded = [tokenizer.encode_array(p.text) for p in group]
             for piece, ids in zip(group, encoded, strict=True):
                 if piece.last and eot is not None:
                     ids = np.append(ids, eot)
-                tokens.write(ids.astype(dtype).tobytes())
+                tokens.write(ids.astype(dtype, copy=False).tobytes())
                 num_tokens += len(ids)
                 if piece.last:
                     documents.write(np.array([num_tokens], dtype="<u8").tobytes())
