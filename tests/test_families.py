@@ -1,10 +1,11 @@
 """hf:<folder> for every family beside GPT-2: GPT-NeoX (Pythia), Llama (SmolLM), Qwen2, Mistral (a window
 shorter than its length) and GPT-Neo (TinyStories' local layers). Each built by transformers from a small
-config with random weights (nothing downloaded), saved with save_pretrained beside a byte-level BPE,
-opened here: logits equal transformers' to 1e-4 and greedy tokens (KV cache) equal generate's; interpret
-(heads, circuit), sample and the live page run on it; and hostile folders (sizes that cannot be a model,
-rope scaling, mixtures of experts, windows Llama has not, no tokenizer, another family's weights) are
-one line each, before any weight is read."""
+config with random weights (nothing downloaded), saved with save_pretrained beside its kind of tokenizer
+(a byte-level BPE; Mistral's a SentencePiece-style one, as Llama 2's and TinyLlama's), opened here:
+logits equal transformers' to 1e-4 and greedy tokens (KV cache) equal generate's; interpret (heads,
+circuit), sample and the live page run on it, the page tokenizing typed text as Python does; and hostile
+folders (sizes that cannot be a model, rope scaling, mixtures of experts, windows Llama has not, no
+tokenizer, another family's weights) are one line each, before any weight is read."""
 
 import json
 
@@ -52,6 +53,30 @@ def bpe():
     return tokenizer
 
 
+def sentencepiece_bpe():
+    """A SentencePiece-style BPE as transformers converts Llama 2's, Mistral's and TinyLlama's (spaces
+    as "▁", one put before the text, characters merged, a character the vocabulary lacks as its bytes'
+    tokens "<0xE6>"): 300 tokens, 41 learned on a piece of Tiny Shakespeare, then the 256 bytes."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tokenizer.train_from_iterator(
+        [shipped_text().read_text()[:100_000]],
+        trainers.BpeTrainer(vocab_size=44, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=30),
+    )
+    spec = json.loads(tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    vocab |= {f"<0x{b:02X}>": len(vocab) + b for b in range(256)}
+    return Tokenizer.from_str(json.dumps(spec))
+
+
+SENTENCEPIECE = {"mistral"}  # the families whose tokenizer here is sentencepiece_bpe()
+
+
 def family_folder(transformers, folder, name: str, tokenizer, seed: int = 0, **changes: object):
     """A random model of the family (weights, norms and biases moved off their initial values), saved
     with save_pretrained beside the tokenizer; the transformers model."""
@@ -63,19 +88,20 @@ def family_folder(transformers, folder, name: str, tokenizer, seed: int = 0, **c
         for parameter in model.parameters():
             parameter.add_(0.1 * torch.randn_like(parameter))
     model.save_pretrained(folder)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer._tokenizer, eos_token="<|endoftext|>"
-    )
+    inner = getattr(tokenizer, "_tokenizer", tokenizer)
+    eos = "<|endoftext|>" if inner.token_to_id("<|endoftext|>") is not None else "</s>"
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=eos)
     fast.save_pretrained(folder)
     return model
 
 
 @pytest.fixture(scope="module")
 def folders(transformers, tmp_path_factory):
-    tokenizer = bpe()
+    byte_level, sentencepiece = bpe(), sentencepiece_bpe()
     out = {}
     for name in FAMILIES:
         folder = tmp_path_factory.mktemp(name)
+        tokenizer = sentencepiece if name in SENTENCEPIECE else byte_level
         out[name] = (folder, family_folder(transformers, folder, name, tokenizer))
     return out
 
@@ -106,7 +132,7 @@ def test_each_family_opens_with_its_logits_and_greedy_tokens(folders, name):
     assert {key: getattr(config, key) for key in expected_blocks} == expected_blocks
 
 
-@pytest.mark.parametrize("name", ["pythia", "smollm", "tinystories"])
+@pytest.mark.parametrize("name", ["pythia", "smollm", "mistral", "tinystories"])
 def test_the_tools_take_it_apart(folders, name, tmp_path, capsys):
     folder, _ = folders[name]
     interpret = load_script("interpret")
@@ -150,9 +176,12 @@ def test_its_live_page_runs_it_as_pytorch_does(folders, name, tmp_path, capsys, 
         generated = tab.evaluate(
             "(ids) => window.transformerLab.generate(ids, {maxNewTokens: 12})", tokens[:5].tolist()
         )
+        typed = TEXT[:100] + " naïve 東京 🙂  two spaces"  # bytes the vocabulary lacks, spaces in a row
+        encoded = tab.evaluate("(text) => window.transformerLab.encode(text)", typed)
     finally:
         tab.close()
     assert errors == []
+    assert encoded == checkpoint.tokenizer.encode(typed).tolist()  # the page tokenizes as the model does
     assert float((got - expected).abs().max()) < TOLERANCE * float(expected.abs().max())
     assert generated == checkpoint.model.generate(tokens[None, :5], 12, temperature=0)[0].tolist()
 

@@ -124,3 +124,104 @@ def test_tokenizer_js_encodes_decodes_and_shows_tokens_as_python_does(bpe, brows
     assert got["pieces"] == [bpe.decode(e[1:4]) for e in expected if len(e) > 3]  # cut characters: U+FFFD
     assert got["shown"] == bpe.display(ids)
     assert sum(len(e) for e in expected) < sum(len(t.encode()) for t in texts)  # the merges did merge
+
+
+# ------------------------------------------------------------------ SentencePiece-style BPEs (Llama 2's)
+def sentencepiece_style(corpus_texts: list[str], variant: str) -> BPETokenizer:
+    """A BPE as transformers converts SentencePiece models (Llama 2, Mistral, TinyLlama), trained on the
+    corpus, in one of the ways their tokenizer.json writes spaces: `legacy` (the Prepend and Replace
+    normalisers: "▁" before any text), `first` and `split` (the Metaspace pre-tokenizer: "▁" before a
+    text that lacks one; `split`: a word at each "▁"), `never` (no "▁" put before), each with the 256
+    byte tokens "<0x00>".. as plain tokens, and `unknown` (no byte tokens: the unknown token, fused)."""
+    from tokenizers import Tokenizer as HF
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+    fallback = variant != "unknown"
+    hf = HF(models.BPE(byte_fallback=fallback, unk_token="<unk>", fuse_unk=True))
+    if variant == "legacy":
+        hf.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    else:
+        scheme = {"never": "never", "split": "always"}.get(variant, "first")
+        hf.pre_tokenizer = pre_tokenizers.Metaspace("▁", prepend_scheme=scheme, split=variant == "split")
+    strip = [decoders.Strip(" ", 1, 0)] if variant != "never" else []
+    hf.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), *strip]
+    )
+    hf.train_from_iterator(corpus_texts, trainers.BpeTrainer(vocab_size=500, special_tokens=["<unk>", "<s>"]))
+    spec = json.loads(hf.to_str())
+    if fallback:
+        vocab = spec["model"]["vocab"]
+        vocab |= {f"<0x{b:02X}>": len(vocab) + b for b in range(256)}
+    return BPETokenizer(json.dumps(spec), f"a {variant} SentencePiece-style BPE")
+
+
+SENTENCEPIECE_VARIANTS = ["legacy", "first", "split", "never", "unknown"]
+
+
+@pytest.fixture(scope="module")
+def sentencepiece(tmp_path_factory) -> dict[str, BPETokenizer]:
+    corpus = Corpus(write_corpus(tmp_path_factory.mktemp("corpus_sp"), txt_files=2, chars=100_000))
+    texts = list(corpus.texts())
+    return {variant: sentencepiece_style(texts, variant) for variant in SENTENCEPIECE_VARIANTS}
+
+
+def test_a_sentencepiece_style_bpe_is_recognised_shown_and_given_to_the_page(sentencepiece):
+    legacy = sentencepiece["legacy"]
+    assert legacy.metaspace == {"prepend": "always", "split": False}
+    assert sentencepiece["split"].metaspace == {"prepend": "if_missing", "split": True}
+    assert sentencepiece["never"].metaspace == {"prepend": "never", "split": False}
+    ids = legacy.encode(" naïve 東").tolist()
+    shown = legacy.display(ids)
+    assert shown[0].startswith("␣") and "".join(shown).replace("␣", " ").startswith("  na")
+    assert any(s.startswith("\\x") for s in shown)  # a byte of 東 the vocabulary lacks: \xe6 ...
+    payload = page_tokenizer(legacy)
+    assert payload["kind"] == "metaspace_bpe" and payload["prepend"] == "always" and payload["byte_fallback"]
+    assert payload["vocab"] == legacy.vocab and payload["unk"] == 0 and payload["fuse_unk"]
+    assert page_tokenizer(sentencepiece["unknown"])["byte_fallback"] is False
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("variant", SENTENCEPIECE_VARIANTS)
+def test_tokenizer_js_reads_a_sentencepiece_style_bpe_as_python_does(sentencepiece, variant, browser):
+    """Encoding equals Python's on edge and random Unicode text; decoding the ids gives Python's text
+    (with the space of the "▁" put before it, which Python's decoder strips); tokens show as the tools
+    show them; and each token's span in the typed text is the text it stands for."""
+    tokenizer = sentencepiece[variant]
+    texts = EDGE_TEXTS + random_texts(200, seed=1) + ["", " ", "  lead", "▁x", "a  b", "end ", "x\u3000y"]
+    expected = [tokenizer.encode_array(t, check=False).tolist() for t in texts]
+    page = browser.new_page()
+    try:
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_content("<!doctype html><meta charset='utf-8'><title>tokenizer.js</title>")
+        page.add_script_tag(content=SCRIPT.read_text())
+        got = page.evaluate(
+            """([payload, texts, n]) => {
+                const bpe = TransformerLab.tokenizer.fromPayload(payload);
+                const tokenized = texts.map((t) => bpe.tokenize(t));
+                return {
+                    encoded: tokenized.map((t) => t.ids),
+                    spans: tokenized.map((t) => t.spans),
+                    decoded: tokenized.map((t) => bpe.decode(t.ids)),
+                    shown: [...Array(n).keys()].map((i) => bpe.tokenText(i)),
+                };
+            }""",
+            [page_tokenizer(tokenizer), texts, len(tokenizer)],
+        )
+    finally:
+        page.close()
+    assert not errors, errors
+    mismatches = [(t, e, g) for t, e, g in zip(texts, expected, got["encoded"], strict=True) if e != g]
+    assert not mismatches, mismatches[:3]
+    for text, ids, decoded in zip(texts, expected, got["decoded"], strict=True):
+        assert tokenizer.decode(ids) in (decoded, decoded[1:]), (text, decoded)
+    assert got["shown"] == tokenizer.display(list(range(len(tokenizer))))
+    unk, byte_ids = 0, {i for i, t in enumerate(tokenizer.vocab) if t.startswith("<0x")}
+    for text, ids, spans in zip(texts, expected, got["spans"], strict=True):
+        units = text.encode("utf-16-le")  # the text box counts UTF-16 units
+        assert [s[0] for s in spans[1:]] == [s[1] for s in spans[:-1]]  # they tile the text
+        assert not spans or (spans[0][0] == 0 and spans[-1][1] == len(units) // 2)
+        for id_, (start, end) in zip(ids, spans, strict=True):
+            if id_ != unk and id_ not in byte_ids:
+                piece = units[2 * start : 2 * end].decode("utf-16-le").replace("▁", " ")
+                assert tokenizer.vocab[id_].replace("▁", " ") in (piece, " " + piece), (text, id_)

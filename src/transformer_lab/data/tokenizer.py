@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Collection, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -46,6 +47,12 @@ MAX_VOCAB = 1 << 22  # ModelConfig's bound on vocab_size (and well inside uint32
 MIN_BPE_VOCAB = 257 + 1  # the 256 bytes, <|endoftext|> and at least one merge
 VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"}  # as the figures mark a whitespace token
 PAGE_TOKENIZER_BUDGET = 4_000_000  # characters of vocabulary and merges a page may hold (GPT-2's: 1.5 M)
+METASPACE = "\u2581"  # "▁": a space, in the tokens of a SentencePiece-style BPE
+LEGACY_METASPACE = [  # transformers' older Llama conversions: "▁" before the text, then spaces as "▁"
+    {"type": "Prepend", "prepend": METASPACE},
+    {"type": "Replace", "pattern": {"String": " "}, "content": METASPACE},
+]
+BYTE_TOKEN = re.compile(r"<0x([0-9A-F]{2})>")  # byte fallback: one byte of a character the vocabulary lacks
 
 
 def visible(text: str) -> str:
@@ -90,6 +97,29 @@ class Tokenizer:
 
     def __len__(self) -> int:
         return len(self._itos)
+
+    @cached_property
+    def metaspace(self) -> dict[str, Any] | None:
+        """How a SentencePiece-style BPE (Llama 2, Mistral, TinyLlama: words start with "▁", the first
+        symbols are characters, bytes only as the fallback tokens "<0xE6>") writes text, or None for
+        another kind: {"prepend": "always" (the Prepend normalizer of older conversions: "▁" before any
+        text) | "if_missing" (the Metaspace pre-tokenizer: before a text that does not start with "▁")
+        | "never", "split": words cut at each "▁" (Metaspace's `split`), or the whole text one word}."""
+        spec, model = self._spec, self._spec["model"]
+        if model.get("type") != "BPE" or self.byte_level:
+            return None
+        normalizer, pre = spec.get("normalizer"), spec.get("pre_tokenizer")
+        if pre is None and normalizer == {"type": "Sequence", "normalizers": LEGACY_METASPACE}:
+            return {"prepend": "always", "split": False}
+        if normalizer is None and isinstance(pre, dict) and pre.get("type") == "Metaspace":
+            if pre.get("replacement") != METASPACE:
+                return None
+            scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
+            return {
+                "prepend": "never" if scheme == "never" else "if_missing",
+                "split": pre.get("split", True),
+            }
+        return None
 
     @property
     def eot_id(self) -> int | None:
@@ -264,6 +294,29 @@ class BPETokenizer:
         decoder = self._spec.get("decoder") or {}
         return isinstance(decoder, dict) and decoder.get("type") == "ByteLevel"
 
+    @cached_property
+    def metaspace(self) -> dict[str, Any] | None:
+        """How a SentencePiece-style BPE (Llama 2, Mistral, TinyLlama: words start with "▁", the first
+        symbols are characters, bytes only as the fallback tokens "<0xE6>") writes text, or None for
+        another kind: {"prepend": "always" (the Prepend normalizer of older conversions: "▁" before any
+        text) | "if_missing" (the Metaspace pre-tokenizer: before a text that does not start with "▁")
+        | "never", "split": words cut at each "▁" (Metaspace's `split`), or the whole text one word}."""
+        spec, model = self._spec, self._spec["model"]
+        if model.get("type") != "BPE" or self.byte_level:
+            return None
+        normalizer, pre = spec.get("normalizer"), spec.get("pre_tokenizer")
+        if pre is None and normalizer == {"type": "Sequence", "normalizers": LEGACY_METASPACE}:
+            return {"prepend": "always", "split": False}
+        if normalizer is None and isinstance(pre, dict) and pre.get("type") == "Metaspace":
+            if pre.get("replacement") != METASPACE:
+                return None
+            scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
+            return {
+                "prepend": "never" if scheme == "never" else "if_missing",
+                "split": pre.get("split", True),
+            }
+        return None
+
     @property
     def eot_id(self) -> int | None:
         """The id of `<|endoftext|>`, written between documents (None if the vocabulary has none)."""
@@ -323,6 +376,10 @@ class BPETokenizer:
         for token in self._itos:
             if self.byte_level and all(c in BYTE_OF for c in token):
                 data = bytes(BYTE_OF[c] for c in token)
+                texts.append(data.decode("utf-8", errors="backslashreplace"))
+            elif self.metaspace is not None:  # "▁the" is " the"; "<0xE6>" one byte of a character
+                byte = BYTE_TOKEN.fullmatch(token)
+                data = bytes([int(byte[1], 16)]) if byte else token.replace(METASPACE, " ").encode()
                 texts.append(data.decode("utf-8", errors="backslashreplace"))
             else:
                 texts.append(self._hf.decode([self._hf.token_to_id(token)], skip_special_tokens=False))
@@ -390,38 +447,50 @@ def tokenizer_from_record(record: dict, vocab: Sequence[str], where: str) -> Any
 
 def page_tokenizer(tokenizer: AnyTokenizer, budget: int | None = None) -> dict[str, Any] | None:
     """What the live page needs to tokenize text as the model's tokenizer does (explorer/tokenizer.js):
-    None for a tokenizer of characters or words (the page splits text itself); for a byte-level BPE
-    `{"kind": "byte_bpe", "vocab": [token by id], "merges": ["a b", ...] (in the order learned),
-    "chars": size}`. Refused in one line: a tokenizer tokenizer.js does not implement, and one over
-    `budget` characters (default PAGE_TOKENIZER_BUDGET; what to do: a smaller vocabulary, or the page
-    without the model: live=false)."""
+    None for a tokenizer of characters or words (the page splits text itself); for a BPE the vocabulary
+    and the merges (in the order learned), `{"kind": "byte_bpe", "vocab": [token by id], "merges":
+    ["a b", ...], "chars": size}` for a byte-level one (GPT-2's pre-tokenizer, no normaliser) and
+    `{"kind": "metaspace_bpe", ..., "prepend", "split", "byte_fallback", "unk", "fuse_unk"}` for a
+    SentencePiece-style one (`BPETokenizer.metaspace`). Refused in one line: a tokenizer tokenizer.js
+    does not implement, and one over `budget` characters (default PAGE_TOKENIZER_BUDGET; what to do: a
+    smaller vocabulary, or the page without the model: live=false)."""
     if isinstance(tokenizer, Tokenizer):
         return None
     spec = tokenizer._spec
     model = spec["model"]
     pre = spec.get("pre_tokenizer") or {}
-    supported = (
+    plain_bpe = (
         model.get("type") == "BPE"
-        and tokenizer.byte_level
-        and pre.get("type") == "ByteLevel"
-        and pre.get("use_regex", True)
-        and not pre.get("add_prefix_space", False)
-        and spec.get("normalizer") is None
         and not model.get("dropout")
         and not model.get("continuing_subword_prefix")
         and not model.get("end_of_word_suffix")
         and not model.get("ignore_merges")
+    )
+    byte_level = (
+        tokenizer.byte_level
+        and pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True)
+        and not pre.get("add_prefix_space", False)
+        and spec.get("normalizer") is None
         and not model.get("byte_fallback")
     )
     require(
-        supported,
-        f"the page tokenizes text with the byte-level BPE that task=text trains (GPT-2's pre-tokenizer, no "
-        f"normaliser); this model's tokenizer is a {model.get('type')} of another kind: write the page "
-        "with live=false",
+        plain_bpe and (byte_level or tokenizer.metaspace is not None),
+        f"the page tokenizes text with a byte-level BPE (GPT-2's pre-tokenizer, no normaliser) or a "
+        f"SentencePiece-style one (Llama 2's); this model's tokenizer is a {model.get('type')} of another "
+        "kind: write the page with live=false",
     )
-    budget = PAGE_TOKENIZER_BUDGET if budget is None else budget
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    payload = {"kind": "byte_bpe", "vocab": tokenizer.vocab, "merges": merges}
+    payload: dict[str, Any] = {"kind": "byte_bpe", "vocab": tokenizer.vocab, "merges": merges}
+    if not byte_level:
+        unk = model.get("unk_token")
+        payload |= tokenizer.metaspace | {
+            "kind": "metaspace_bpe",
+            "byte_fallback": bool(model.get("byte_fallback")),
+            "unk": tokenizer._hf.token_to_id(unk) if isinstance(unk, str) else None,
+            "fuse_unk": bool(model.get("fuse_unk")),
+        }
+    budget = PAGE_TOKENIZER_BUDGET if budget is None else budget
     chars = len(json.dumps(payload, ensure_ascii=False))
     require(
         chars <= budget,

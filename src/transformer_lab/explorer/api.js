@@ -113,13 +113,13 @@
           cancelled: C.optional(fn, "cancelled", o.cancelled, "function"),
         });
       },
-      /** Type into the box (as a student would) and wait for the views; resolves to the box's problem
-       *  (null: none). */
-      /** The token ids the input box gives for `text` (a byte-level BPE's as Python encodes it). */
+      /** The token ids the input box gives for `text` (a BPE's as Python encodes it). */
       encode: (text) => {
         C.text("encode", "text", text, INPUT_LIMIT);
         return TL.input.tokenize(text).ids;
       },
+      /** Type into the box (as a student would) and wait for the views; resolves to the box's problem
+       *  (null: none). */
       setInput: (text) => {
         C.text("setInput", "text", text, INPUT_LIMIT);
         $("input-box").value = text;

@@ -16,16 +16,10 @@
     const bad = [];
     const spans = [];
     if (state.live.bpe) {
-      // a byte-level BPE encodes any text (tokenizer.js, as Python's tokenizer does); each token's span
-      // in the box is measured by its decoded text (a character split between tokens goes to the first)
-      const bpe = state.live.bpe;
-      let at = 0;
-      for (const id of bpe.encode(text)) {
-        ids.push(id);
-        const end = Math.min(text.length, at + bpe.decode([id]).replace(/\uFFFD/g, "").length);
-        spans.push([at, end]);
-        at = end;
-      }
+      // a BPE encodes any text (tokenizer.js, as Python's tokenizer does), each token a span of the box
+      const tokenized = state.live.bpe.tokenize(text);
+      ids.push(...tokenized.ids);
+      spans.push(...tokenized.spans);
     } else if (LIVE.input.separator === "") {
       for (let i = 0; i < text.length; ) {
         const ch = String.fromCodePoint(text.codePointAt(i));

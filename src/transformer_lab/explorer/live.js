@@ -231,7 +231,7 @@
     state.live = {
       engine: new Engine(useWorker),
       index: new Map(LIVE.spec.vocab.map((t, i) => [t, i])),
-      bpe: LIVE.input.tokenizer ? new TL.tokenizer.ByteLevelBPE(LIVE.input.tokenizer) : null,
+      bpe: LIVE.input.tokenizer ? TL.tokenizer.fromPayload(LIVE.input.tokenizer) : null,
       names: LIVE.input.token_names || LIVE.spec.vocab,
       removed: new Set(),
       method: "zero",
