@@ -56,6 +56,22 @@ def random_texts(count: int, seed: int = 0) -> list[str]:
     return texts
 
 
+def in_page(browser, script: str, arguments: list) -> dict:
+    """`script` (a JavaScript function of `arguments`) evaluated in a blank page holding tokenizer.js;
+    any error the page raises fails the test."""
+    page = browser.new_page()
+    try:
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_content("<!doctype html><meta charset='utf-8'><title>tokenizer.js</title>")
+        page.add_script_tag(content=SCRIPT.read_text())
+        got = page.evaluate(script, arguments)
+    finally:
+        page.close()
+    assert not errors, errors
+    return got
+
+
 def test_the_payload_holds_the_vocabulary_and_merges_in_order(bpe):
     payload = page_tokenizer(bpe)
     spec = json.loads(bpe.json)["model"]
@@ -96,28 +112,20 @@ def test_tokenizer_js_encodes_decodes_and_shows_tokens_as_python_does(bpe, brows
     texts = EDGE_TEXTS + random_texts(300) + [" ".join(EDGE_TEXTS) * 3]
     expected = [bpe.encode(t).tolist() for t in texts]
     ids = list(range(len(bpe)))
-    page = browser.new_page()
-    try:
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.set_content("<!doctype html><meta charset='utf-8'><title>tokenizer.js</title>")
-        page.add_script_tag(content=SCRIPT.read_text())
-        got = page.evaluate(
-            """([payload, texts, ids, pieces]) => {
-                const bpe = new TransformerLab.tokenizer.ByteLevelBPE(payload);
-                const encoded = texts.map((t) => bpe.encode(t));
-                return {
-                    encoded,
-                    decoded: encoded.map((e) => bpe.decode(e)),
-                    pieces: pieces.map((p) => bpe.decode(p)),
-                    shown: ids.map((i) => bpe.tokenText(i)),
-                };
-            }""",
-            [page_tokenizer(bpe), texts, ids, [e[1:4] for e in expected if len(e) > 3]],
-        )
-    finally:
-        page.close()
-    assert not errors, errors
+    got = in_page(
+        browser,
+        """([payload, texts, ids, pieces]) => {
+            const bpe = new TransformerLab.tokenizer.ByteLevelBPE(payload);
+            const encoded = texts.map((t) => bpe.encode(t));
+            return {
+                encoded,
+                decoded: encoded.map((e) => bpe.decode(e)),
+                pieces: pieces.map((p) => bpe.decode(p)),
+                shown: ids.map((i) => bpe.tokenText(i)),
+            };
+        }""",
+        [page_tokenizer(bpe), texts, ids, [e[1:4] for e in expected if len(e) > 3]],
+    )
     mismatches = [(t, e, g) for t, e, g in zip(texts, expected, got["encoded"], strict=True) if e != g]
     assert not mismatches, mismatches[:3]
     assert got["decoded"] == [bpe.decode(e) for e in expected] == texts  # a byte-level BPE loses nothing
@@ -189,28 +197,20 @@ def test_tokenizer_js_reads_a_sentencepiece_style_bpe_as_python_does(sentencepie
     tokenizer = sentencepiece[variant]
     texts = EDGE_TEXTS + random_texts(200, seed=1) + ["", " ", "  lead", "▁x", "a  b", "end ", "x\u3000y"]
     expected = [tokenizer.encode_array(t, check=False).tolist() for t in texts]
-    page = browser.new_page()
-    try:
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.set_content("<!doctype html><meta charset='utf-8'><title>tokenizer.js</title>")
-        page.add_script_tag(content=SCRIPT.read_text())
-        got = page.evaluate(
-            """([payload, texts, n]) => {
-                const bpe = TransformerLab.tokenizer.fromPayload(payload);
-                const tokenized = texts.map((t) => bpe.tokenize(t));
-                return {
-                    encoded: tokenized.map((t) => t.ids),
-                    spans: tokenized.map((t) => t.spans),
-                    decoded: tokenized.map((t) => bpe.decode(t.ids)),
-                    shown: [...Array(n).keys()].map((i) => bpe.tokenText(i)),
-                };
-            }""",
-            [page_tokenizer(tokenizer), texts, len(tokenizer)],
-        )
-    finally:
-        page.close()
-    assert not errors, errors
+    got = in_page(
+        browser,
+        """([payload, texts, n]) => {
+            const bpe = TransformerLab.tokenizer.fromPayload(payload);
+            const tokenized = texts.map((t) => bpe.tokenize(t));
+            return {
+                encoded: tokenized.map((t) => t.ids),
+                spans: tokenized.map((t) => t.spans),
+                decoded: tokenized.map((t) => bpe.decode(t.ids)),
+                shown: [...Array(n).keys()].map((i) => bpe.tokenText(i)),
+            };
+        }""",
+        [page_tokenizer(tokenizer), texts, len(tokenizer)],
+    )
     mismatches = [(t, e, g) for t, e, g in zip(texts, expected, got["encoded"], strict=True) if e != g]
     assert not mismatches, mismatches[:3]
     for text, ids, decoded in zip(texts, expected, got["decoded"], strict=True):

@@ -98,29 +98,6 @@ class Tokenizer:
     def __len__(self) -> int:
         return len(self._itos)
 
-    @cached_property
-    def metaspace(self) -> dict[str, Any] | None:
-        """How a SentencePiece-style BPE (Llama 2, Mistral, TinyLlama: words start with "▁", the first
-        symbols are characters, bytes only as the fallback tokens "<0xE6>") writes text, or None for
-        another kind: {"prepend": "always" (the Prepend normalizer of older conversions: "▁" before any
-        text) | "if_missing" (the Metaspace pre-tokenizer: before a text that does not start with "▁")
-        | "never", "split": words cut at each "▁" (Metaspace's `split`), or the whole text one word}."""
-        spec, model = self._spec, self._spec["model"]
-        if model.get("type") != "BPE" or self.byte_level:
-            return None
-        normalizer, pre = spec.get("normalizer"), spec.get("pre_tokenizer")
-        if pre is None and normalizer == {"type": "Sequence", "normalizers": LEGACY_METASPACE}:
-            return {"prepend": "always", "split": False}
-        if normalizer is None and isinstance(pre, dict) and pre.get("type") == "Metaspace":
-            if pre.get("replacement") != METASPACE:
-                return None
-            scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
-            return {
-                "prepend": "never" if scheme == "never" else "if_missing",
-                "split": pre.get("split", True),
-            }
-        return None
-
     @property
     def eot_id(self) -> int | None:
         """The token written between documents: characters have none (documents simply follow)."""
@@ -483,11 +460,10 @@ def page_tokenizer(tokenizer: AnyTokenizer, budget: int | None = None) -> dict[s
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
     payload: dict[str, Any] = {"kind": "byte_bpe", "vocab": tokenizer.vocab, "merges": merges}
     if not byte_level:
-        unk = model.get("unk_token")
         payload |= tokenizer.metaspace | {
             "kind": "metaspace_bpe",
             "byte_fallback": bool(model.get("byte_fallback")),
-            "unk": tokenizer._hf.token_to_id(unk) if isinstance(unk, str) else None,
+            "unk": tokenizer.unk_id,
             "fuse_unk": bool(model.get("fuse_unk")),
         }
     budget = PAGE_TOKENIZER_BUDGET if budget is None else budget
