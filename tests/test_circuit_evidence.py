@@ -4,6 +4,7 @@ exact effects, intervals over the examples and each edge's stability (`ci=`), a 
 (logit_diff against the corrupted run's own answer; logprob), and refusals instead of silent switches."""
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -106,8 +107,20 @@ def test_the_default_command_finds_the_k_composition_of_the_induction_model(scri
     a previous-token head -> induction head .k edge."""
     numbers = _k_composition_in_the_default_circuit(script, "pretrained:induction_heads", tmp_path)
     out = capsys.readouterr().out
-    assert "warning: embed -> L1H0.k: eap +0.9575, exact patching -0.1506 (the signs differ" in out
-    assert "warning: L0H0 -> L1H0.k: eap -0.0822, exact patching -0.2682 (eap ranks it 12th" in out
+    # the warnings' words exactly; their numbers to 1e-3 (their last digit moves with the CPU's kernels)
+    warned = {
+        m["edge"]: (float(m["eap"]), float(m["exact"]), m["why"])
+        for m in re.finditer(
+            r"warning: (?P<edge>\S+ -> \S+): eap (?P<eap>\S+), "
+            r"exact patching (?P<exact>\S+) \((?P<why>[^;)]+)",
+            out,
+        )
+    }
+    for edge, eap, exact, why in (
+        ("embed -> L1H0.k", 0.9575, -0.1506, "the signs differ"),
+        ("L0H0 -> L1H0.k", -0.0822, -0.2682, "eap ranks it 12th, its exact effect 5th"),
+    ):
+        assert warned[edge][2] == why and warned[edge][:2] == pytest.approx((eap, exact), abs=1e-3), out
     assert len(numbers["warnings"]) == out.count("\nwarning: ")
     assert "  edge" in out and "eap" in out.split("  edge", 1)[1].split("\n")[0]  # the table's header
 

@@ -245,9 +245,11 @@ def test_per_head_inputs_change_one_kv_head_and_keep_the_logits(settings):
         assert cache["blocks.0.hook_k_input"].shape == (2, 9, kv, 32)
         assert cache["blocks.0.hook_q_input"].shape == (2, 9, 4, 32)
 
-        def shift_last_kv_head(x, hook):
+        noise = torch.randn(2, 9, 32, generator=torch.Generator().manual_seed(0))
+
+        def shift_last_kv_head(x, hook):  # a different shift at every position: no softmax can undo it
             x = x.clone()
-            x[:, :, -1] += 1.0
+            x[:, :, -1] += noise
             return x
 
         patterns = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))[1]
@@ -258,7 +260,10 @@ def test_per_head_inputs_change_one_kv_head_and_keep_the_logits(settings):
     group = 4 // kv
     difference = (changed["blocks.0.attn.hook_pattern"] - patterns["blocks.0.attn.hook_pattern"]).abs()
     per_head = difference.amax(dim=(0, 2, 3))
-    assert bool((per_head[: 4 - group] == 0).all()) and bool((per_head[4 - group :] > 0).all())
+    # The untouched heads' patterns come from a second forward pass whose per-head inputs take another
+    # kernel path (the hooked head split off): equal to float32 rounding (~1e-7 of a weight <= 1), not
+    # bit for bit. The shifted head moves by orders of magnitude more.
+    assert bool((per_head[: 4 - group] < 1e-5).all()) and bool((per_head[4 - group :] > 1e-3).all()), per_head
 
 
 # ---------------------------------------------------------------------------- analyses

@@ -15,6 +15,9 @@ from transformer_lab import ConfigError
 from transformer_lab.train import train
 
 KINDS = ("relu", "topk", "batchtopk", "jumprelu")
+# A spliced SAE passes on x_hat + (x - x_hat), which is x only to float32 rounding of x_hat (these random
+# SAEs reconstruct badly: |x_hat| several times |x|); the layer after it carries that to the logits.
+SPLICED = dict(atol=1e-4, rtol=1e-4)
 SHORT = ["trainer.max_steps=40", "trainer.val_check_interval=40", "data.val_size=256", "data.test_size=256"]
 
 
@@ -137,7 +140,7 @@ def test_an_saelens_sae_is_read_as_this_projects(architecture, settings, tmp_pat
     (tokens,), _ = run.source.examples(8)
     with torch.no_grad():
         clean = transformer_lab.load("pretrained:induction_heads").model(tokens)
-        torch.testing.assert_close(run.model(tokens), clean, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(run.model(tokens), clean, **SPLICED)
 
 
 @pytest.mark.parametrize(

@@ -212,15 +212,22 @@ class SparseAutoencoder(HookedModule):
         return self.hook_sae_output(self.decode(self.encode(x)))
 
     def spliced(self, x: Tensor) -> Tensor:
-        """What a model reads where this SAE is spliced in: decode(f') + (x - decode(f)), f' the features
-        after any hook on them (the module docstring)."""
+        """What a model reads where this SAE is spliced in: decode(f') + e', f' the features and e' the
+        error e = x - decode(f) after any hooks on them (the module docstring). Computed as
+
+            x + (decode(f') - decode(f)) + (e' - e)
+
+        which is the same sum, but exactly x, bit for bit, when no hook changes anything (the two decodes
+        are one computation on equal features), where decode(f) + (x - decode(f)) is x only to float
+        rounding. x and decode(f) enter without gradient: it reaches x through the features alone."""
         pre = self.pre_activations(x)
         clean = self.activate(pre)
         f = self.hook_sae_acts_post(clean)
         with torch.no_grad():
-            error = x - (clean @ self.W_dec + self.b_dec) / self.input_scale
-        error = self.hook_sae_error(error)
-        return self.hook_sae_output(self.decode(f) + error)
+            x_hat = (clean @ self.W_dec + self.b_dec) / self.input_scale
+            error = x - x_hat
+        hooked_error = self.hook_sae_error(error)
+        return self.hook_sae_output(x.detach() + (self.decode(f) - x_hat) + (hooked_error - error))
 
     # ----------------------------------------------------------------------------------- training
     def training_losses(
