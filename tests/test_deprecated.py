@@ -63,3 +63,20 @@ def test_nothing_of_the_package_the_tests_or_the_docs_uses_an_old_name():
         used += [f"{path.relative_to(ROOT)}: {name}" for path in docs if mention.search(path.read_text())]
     used += [f"{p.relative_to(ROOT)}" for p in [*code, *docs] if "pretrained.evaluate(" in p.read_text()]
     assert not [u for u in used if "deprecated" not in u], used
+
+
+def test_an_sae_run_config_of_an_earlier_version_trains_the_same(tmp_path):
+    """model.l1 (now the kind's l1_coefficient or l0_coefficient) and model.l1_warmup (now
+    model.sparsity_warmup), as an earlier run's saved config has them: the same SAE module, a warning
+    naming the new setting; a value under both names is refused."""
+    from transformer_lab.data import SyntheticFeaturesDataModule
+    from transformer_lab.training.sae_module import build_sae_module
+
+    task = SyntheticFeaturesDataModule()
+    for kind, name in (("relu", "l1_coefficient"), ("jumprelu", "l0_coefficient")):
+        with pytest.warns(DeprecationWarning, match=rf"model\.l1 is deprecated; use model\.{name}"):
+            old = build_sae_module({"kind": kind, "l1": 0.7, "l1_warmup": 5}, task)
+        new = build_sae_module({"kind": kind, name: 0.7, "sparsity_warmup": 5}, task)
+        assert dict(old.hparams) == dict(new.hparams) and old.coefficient == 0.7
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"set only model\.l1_coefficient"):
+        build_sae_module({"kind": "relu", "l1": 0.7, "l1_coefficient": 0.2}, task)

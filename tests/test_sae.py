@@ -77,12 +77,12 @@ def test_decoder_rows_unit_norm_and_gradient_orthogonal_to_them():
 def test_training_losses():
     model = sae("relu").train()
     x = torch.randn(16, 8)
-    losses = model.training_losses(x, l1=0.5)
+    losses = model.training_losses(x, coefficient=0.5)
     f = model.encode(x)
     error = x * 1.7 - (f @ model.W_dec + model.b_dec)
-    torch.testing.assert_close(losses["mse"], error.pow(2).sum(-1).mean())
+    torch.testing.assert_close(losses["reconstruction"], error.pow(2).sum(-1).mean())
     torch.testing.assert_close(losses["sparsity"], 0.5 * f.sum(-1).mean())
-    torch.testing.assert_close(losses["loss"], losses["mse"] + losses["sparsity"])
+    torch.testing.assert_close(losses["loss"], losses["reconstruction"] + losses["sparsity"])
     # topk: AuxK only where features are dead, and then it gives them a gradient
     topk = sae("topk", k=2).train()
     assert float(topk.training_losses(x, 0.0, aux_k=1.0, dead=torch.zeros(32, dtype=torch.bool))["aux"]) == 0
@@ -99,7 +99,7 @@ def test_jumprelu_threshold_learns_through_its_estimator():
     x = torch.randn(256, 8)
     with torch.no_grad():  # every pre-activation near its threshold, inside the estimator's window
         model.log_threshold.fill_(math.log(0.5))
-    model.training_losses(x, l1=1.0)["sparsity"].backward()
+    model.training_losses(x, coefficient=1.0)["sparsity"].backward()
     # the L0 penalty's gradient raises the thresholds (fewer features on): d loss / d theta < 0
     assert model.log_threshold.grad is not None and float(model.log_threshold.grad.sum()) < 0
 
@@ -196,8 +196,9 @@ def test_bad_input_is_one_line():
         check_hook(model, "blocks.0.attn.hook_pattern")
     with pytest.raises(ValueError, match=r"model.k=40 is more than the SAE's width of 32 features"):
         SAEConfig(kind="topk", d_in=8, width=32, k=40)
+    assert SAEConfig(kind="topk", d_in=8, width=32).k == 16  # the kind's default
     with pytest.raises(ValueError, match=r"needs model\.k"):
-        SAEConfig(kind="topk", d_in=8, width=32)
+        SAEConfig(kind="topk", d_in=8, width=32, k=0)
     with pytest.raises(ValueError, match=r"limit"):
         SAEConfig(kind="relu", d_in=8, width=10**9)
     with pytest.raises(ValueError, match=r"model\.kind='gated' is unknown"):

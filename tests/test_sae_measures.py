@@ -23,7 +23,7 @@ def by_hand(sae: SparseAutoencoder, x: torch.Tensor) -> tuple[torch.Tensor, torc
     """(features, reconstruction) of activations x, from the SAE's weights and its kind's equation."""
     s = float(sae.input_scale)
     pre = (x * s - sae.b_dec) @ sae.W_enc + sae.b_enc
-    if sae.kind == "relu":
+    if sae.config.kind == "relu":
         f = pre.clamp(min=0)
     else:  # topk
         values, index = pre.topk(sae.config.k, dim=-1)
@@ -134,10 +134,10 @@ def test_previous_token_share_counts_features_that_fire_when_and_only_when():
         "previous": fired.double().t() @ F.one_hot(previous, 3).double(),
         "previous_count": F.one_hot(previous, 3).double().sum(0),
     }
-    assert sae_measures.previous_token_share(sums) == pytest.approx(2 / 3)
+    assert sae_measures.previous_token_grades(sums)["previous_token_share"] == pytest.approx(2 / 3)
     fired[0, 0] = False  # recall of token 0's feature: 1/2 < 0.9
     sums["previous"] = fired.double().t() @ F.one_hot(previous, 3).double()
-    assert sae_measures.previous_token_share(sums) == pytest.approx(1 / 3)
+    assert sae_measures.previous_token_grades(sums)["previous_token_share"] == pytest.approx(1 / 3)
 
 
 def test_density_histogram_counts_every_feature_once():

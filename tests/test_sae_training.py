@@ -45,7 +45,7 @@ def test_the_synthetic_key_in_a_short_run(tmp_path):
     scalars = _scalars(tmp_path)
     assert {
         "train/loss",
-        "train/mse_loss",
+        "train/reconstruction_loss",
         "train/l0",
         "train/dead_features",
         "val/explained_variance",
@@ -151,7 +151,7 @@ def test_ddp_two_processes_with_resampling(tmp_path):
         (["model.expansion=100000000"], "model.expansion=100000000 x d_in=32"),
         (["model.kind=gated"], "model.kind='gated' is unknown"),
         (["model.expansion=0"], "model.expansion=0 must be a positive integer"),
-        (["model.l1=-1"], "model.l1=-1 must be a number >= 0"),
+        (["model.kind=relu", "model.l1_coefficient=-1"], "model.l1_coefficient=-1 must be a number >= 0"),
     ],
 )
 def test_bad_settings_are_one_line(tmp_path, overrides, message):
@@ -162,3 +162,57 @@ def test_bad_settings_are_one_line(tmp_path, overrides, message):
 # The answer keys graded with the defaults (mmcs >= 0.95 for topk and relu on the synthetic and toy keys,
 # the induction key's previous_token_share and ce_loss_score): docs/features.md's table of every kind on
 # every key, run in full by tests/test_docs_features.py under make reproduce (numbers within 2%).
+
+
+@pytest.fixture
+def fixed_threshold():
+    """The kind of tests/extensions/fixed_threshold.py, registered for the test and removed after it."""
+    import importlib
+
+    from transformer_lab.nn import sae_kinds
+
+    module = importlib.reload(importlib.import_module("tests.extensions.fixed_threshold"))
+    yield module
+    sae_kinds.KINDS.pop("fixed_threshold", None)
+
+
+def test_a_kind_registered_outside_the_package_trains_and_exports(fixed_threshold, tmp_path):
+    """One class and its registration: train.py trains it (its L1 penalty in the loss, its coefficient
+    under its own name), the SAE reads it back, and to=sae_lens writes it as a jumprelu of threshold 1
+    whose SAELens equations give its features."""
+    import transformer_lab
+    from tests.conftest import load_script
+    from tests.test_sae_interop import saelens_encode
+
+    run = tmp_path / "run"
+    short = [
+        "trainer.max_steps=60",
+        "trainer.val_check_interval=60",
+        "data.val_size=256",
+        "data.test_size=256",
+    ]
+    metrics = train(
+        compose_train_config(
+            run, "model.kind=fixed_threshold", "model.l1_coefficient=0.5", *short, base=SYNTHETIC
+        )
+    )
+    assert 0 < metrics["test/l0"] < 256
+    hparams = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]
+    assert hparams["l1_coefficient"] == 0.5 and hparams["l0_coefficient"] is None
+    sae = transformer_lab.load_sae(run).sae
+    assert sae.kind.name == "fixed_threshold" and sae.kind.in_use == "threshold"
+    with pytest.raises(
+        ConfigError, match=r"model\.l0_coefficient=1\.0 is not a setting of model\.kind=fixed_threshold"
+    ):
+        train(compose_train_config(tmp_path / "bad", "model.kind=fixed_threshold", "model.l0_coefficient=1.0",
+                                   *short, base=SYNTHETIC))  # fmt: skip
+    out = tmp_path / "saelens"
+    load_script("export").main([f"sae={run}", "to=sae_lens", f"out={out}"])
+    cfg = json.loads((out / "cfg.json").read_text())
+    from safetensors.torch import load_file
+
+    weights = load_file(out / "sae_weights.safetensors")
+    assert cfg["architecture"] == "jumprelu" and torch.equal(weights["threshold"], torch.ones(sae.width))
+    x = SyntheticFeaturesDataModule().draw(256, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(saelens_encode(cfg, weights, x), sae.encode(x), atol=1e-5, rtol=1e-5)

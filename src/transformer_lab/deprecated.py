@@ -34,6 +34,28 @@ def warn(old: str, new: str) -> None:
     warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
 
 
+def renamed(settings: dict, renames: dict[str, str | None], group: str) -> dict:
+    """`settings` with each old key of `renames` under its new name (None: a setting that no longer
+    means anything here, dropped), a DeprecationWarning for each one present. A value under both names
+    is refused: the new one is meant."""
+    out = dict(settings)
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        if new is None:
+            message = f"{group}.{old} is deprecated and means nothing here"
+            warnings.warn(message, DeprecationWarning, stacklevel=3)
+            continue
+        warn(f"{group}.{old}", f"{group}.{new}")
+        if value is None:
+            continue
+        if out.get(new) is not None and out[new] != value:
+            raise ValueError(f"{group}.{old}={value} and {group}.{new}={out[new]}: set only {group}.{new}")
+        out[new] = value
+    return out
+
+
 INSTEAD = {  # what to use instead of the functions of transformer_lab.checkpoints
     "read_checkpoint": "transformer_lab.load(path).contents",
     "model_from_checkpoint": "transformer_lab.load(path).model",

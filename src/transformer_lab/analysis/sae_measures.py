@@ -156,9 +156,12 @@ def model_sums(
     return sums
 
 
+SHARE_LEVEL = 0.9  # precision and recall a previous-token feature must reach
+
+
 def measures(sums: dict[str, Tensor]) -> dict[str, float]:
     """The measures (the module docstring) of summed batches; the model-level ones where the sums have
-    outputs, `previous_token_share` where they have previous-token counts."""
+    outputs. The answer keys' grades are `previous_token_grades`'."""
     n = float(sums["positions"])
     if n == 0:
         return {}
@@ -190,9 +193,20 @@ def measures(sums: dict[str, Tensor]) -> dict[str, float]:
             "kl_div_with_sae": kl_with,
             "kl_div_with_ablation": kl_ablation,
         }
-    if "previous" in sums and float(sums["previous_count"].sum()) > 0:
-        out["previous_token_share"] = previous_token_share(sums)
     return out
+
+
+def previous_token_grades(sums: dict[str, Tensor]) -> dict[str, float]:
+    """The induction key's grades where the sums have previous-token counts (else none):
+    `previous_token_share` and `previous_token_score`, each token's best feature's min(precision,
+    recall) averaged (how near the share's 0.9 they come)."""
+    if "previous" not in sums or float(sums["previous_count"].sum()) == 0:
+        return {}
+    scores = previous_token_scores(sums)
+    return {
+        "previous_token_share": float((scores >= SHARE_LEVEL).double().mean()),
+        "previous_token_score": float(scores.mean()),
+    }
 
 
 def previous_token_scores(sums: dict[str, Tensor]) -> Tensor:
@@ -202,12 +216,6 @@ def previous_token_scores(sums: dict[str, Tensor]) -> Tensor:
     precision = joint / joint.sum(1, keepdim=True).clamp(min=1)  # among the positions it fires at
     recall = joint / count.clamp(min=1)[None, :]
     return torch.minimum(precision, recall).max(dim=0).values[count > 0]
-
-
-def previous_token_share(sums: dict[str, Tensor], level: float = 0.9) -> float:
-    """The share of the vocabulary's tokens v (those that occur) with a feature that fires when, and only
-    when, v is the token just before: precision and recall both at least `level`."""
-    return float((previous_token_scores(sums) >= level).double().mean())
 
 
 def density_histogram(sums: dict[str, Tensor]) -> dict[str, list]:

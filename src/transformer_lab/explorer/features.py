@@ -97,7 +97,8 @@ def features_payload(run, inputs: tuple[Tensor, ...], num_examples: int = 256) -
     tips = {r.index: [e["context"] for e in r.examples] for r in report.reports}
     return {
         "hook": run.hook,
-        "kind": sae.kind,
+        "kind": sae.config.kind,
+        "activation": sae.kind.in_use,  # what the page computes: relu, topk or threshold
         "k": sae.config.k,
         "d_in": sae.config.d_in,
         "width": sae.width,

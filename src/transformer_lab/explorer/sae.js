@@ -2,7 +2,8 @@
  * point from a run of the model (model.js's record of the block inputs and sub-layer outputs), and its
  * features, f = act((s x - b_dec) W_enc + b_enc) per position, for the page's features view. The SAE
  * comes from the page's data (explorer/features.py): its encoder's tensors in one float32 buffer with a
- * manifest (W_enc transposed, [width, d_in]), its kind and k. No DOM.
+ * manifest (W_enc transposed, [width, d_in]), its activation in use (relu, topk with k, or a threshold
+ * per feature: nn.sae_kinds's `in_use`). No DOM.
  */
 (function (TL) {
   "use strict";
@@ -20,7 +21,7 @@
 
   /** The features f [T, width] of activations x [T, d_in] (sums in float64, as model.js's). */
   function encode(sae, x, T) {
-    const { d_in: D, width: W, kind, k } = sae;
+    const { d_in: D, width: W, activation, k } = sae;
     const { W_enc_t: Wt, b_enc: bEnc, b_dec: bDec, input_scale: scale, threshold } = sae.tensors;
     const s = scale[0];
     const f = new Float32Array(T * W);
@@ -35,12 +36,12 @@
         pre[j] = a + bEnc[j];
       }
       const out = t * W;
-      if (kind === "relu") {
+      if (activation === "relu") {
         for (let j = 0; j < W; j++) f[out + j] = pre[j] > 0 ? pre[j] : 0;
-      } else if (kind === "topk") {
+      } else if (activation === "topk") {
         const order = Array.from(pre.keys()).sort((a, b) => pre[b] - pre[a]).slice(0, k);
         for (const j of order) f[out + j] = pre[j] > 0 ? pre[j] : 0;
-      } else { // jumprelu, and batchtopk in use: a threshold per feature
+      } else { // "threshold": jumprelu, and batchtopk in use
         for (let j = 0; j < W; j++) f[out + j] = pre[j] > threshold[j] ? pre[j] : 0;
       }
     }

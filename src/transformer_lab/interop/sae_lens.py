@@ -13,9 +13,10 @@ this project's SAE scales its input by s first (nn.sae), which is folded into th
 
     W_enc' = s W_enc,  b_enc' = b_enc,  W_dec' = W_dec / s,  b_dec' = b_dec / s   (pre-activations unchanged)
 
-Kinds: relu -> `standard`; topk -> `topk` (k, `rescale_acts_by_decoder_norm` false: the decoder is used as
-it is); jumprelu -> `jumprelu` (threshold = exp(log_threshold)); batchtopk -> `jumprelu` with its one
-threshold for every feature, as SAELens saves a BatchTopK SAE for use. A per-head hook ([B, T, H, D]:
+Kinds (each kind's SAELens form is its own, `nn.sae_kinds`): relu -> `standard`; topk -> `topk` (k,
+`rescale_acts_by_decoder_norm` false: the decoder is used as it is); jumprelu -> `jumprelu` (threshold =
+exp(log_threshold)); batchtopk -> `jumprelu` with its one threshold for every feature, as SAELens saves a
+BatchTopK SAE for use. A per-head hook ([B, T, H, D]:
 `hook_z`) is read flattened to H D, SAELens's `reshape_activations: hook_z`. The other direction is
 `interop.sae_lens_import` (`sae=saelens:<folder>`).
 """
@@ -30,7 +31,6 @@ import torch
 from transformer_lab.interop import require_package
 from transformer_lab.nn.sae import SparseAutoencoder
 
-ARCHITECTURES = {"relu": "standard", "topk": "topk", "jumprelu": "jumprelu", "batchtopk": "jumprelu"}
 WEIGHTS = "sae_weights.safetensors"
 CONFIG = "cfg.json"
 
@@ -44,7 +44,7 @@ def weights(sae: SparseAutoencoder) -> dict[str, torch.Tensor]:
         "W_dec": sae.W_dec.detach() / s,
         "b_dec": sae.b_dec.detach() / s,
     }
-    if sae.kind in ("jumprelu", "batchtopk"):
+    if "threshold" in sae.kind.saelens_tensors:
         out["threshold"] = sae.threshold.detach()
     return {k: v.float().contiguous().cpu().clone() for k, v in out.items()}
 
@@ -53,7 +53,7 @@ def config(sae: SparseAutoencoder, model_name: str, source: str) -> dict:
     """SAELens's inference config of `sae` (SAEConfig.to_dict's keys)."""
     c = sae.config
     out = {
-        "architecture": ARCHITECTURES[c.kind],
+        "architecture": sae.kind.saelens,
         "d_in": c.d_in,
         "d_sae": c.width,
         "dtype": "float32",
@@ -69,9 +69,7 @@ def config(sae: SparseAutoencoder, model_name: str, source: str) -> dict:
             "exported_from": f"transformer-lab SAE run {source} ({c.kind})",
         },
     }
-    if c.kind == "topk":
-        out |= {"k": c.k, "rescale_acts_by_decoder_norm": False}
-    return out
+    return out | sae.kind.saelens_config(c)
 
 
 def export(sae: SparseAutoencoder, out: Path, model_name: str, source: str) -> list[str]:
@@ -81,7 +79,7 @@ def export(sae: SparseAutoencoder, out: Path, model_name: str, source: str) -> l
     safetensors.save_file(weights(sae), str(out / WEIGHTS))
     (out / CONFIG).write_text(json.dumps(config(sae, model_name, source), indent=1) + "\n")
     return [
-        f"Wrote {CONFIG} and {WEIGHTS} ({sae.config.kind} as SAELens's {ARCHITECTURES[sae.config.kind]}) to "
+        f"Wrote {CONFIG} and {WEIGHTS} ({sae.config.kind} as SAELens's {sae.kind.saelens}) to "
         f"{out}; open it with:",
         f'    from sae_lens import SAE; sae = SAE.load_from_disk("{out}")',
     ]

@@ -28,15 +28,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer_lab.errors import ConfigError, require
+from transformer_lab.errors import ConfigError, as_config_error, require
 from transformer_lab.interop import require_package
 from transformer_lab.interop.hf_import import DTYPES, MAX_JSON, _header, read_json
 from transformer_lab.interop.sae_lens import CONFIG, WEIGHTS
 from transformer_lab.limits import require_memory
+from transformer_lab.nn import sae_kinds
 from transformer_lab.nn.sae import MAX_D_IN, MAX_WIDTH, SAEConfig, SparseAutoencoder
 
 PREFIX = "saelens:"
-KINDS = {"standard": "relu", "topk": "topk", "jumprelu": "jumprelu"}
 
 
 def is_saelens(location: object) -> bool:
@@ -72,10 +72,11 @@ def sae_config(cfg: dict, location: str) -> tuple[SAEConfig, dict]:
     """This project's SAEConfig of SAELens's cfg.json, and the settings the weights' conversion needs."""
     where = f"{location}/{CONFIG}"
     architecture = cfg.get("architecture", "standard")
+    rule = sae_kinds.reading_saelens(architecture) if isinstance(architecture, str) else None
+    readable = [kind.saelens_reads for kind in map(sae_kinds.get, sae_kinds.names()) if kind.saelens_reads]
     require(
-        architecture in KINDS,
-        f"{where}: architecture={architecture!r} is not one this project has; it reads "
-        f"{', '.join(KINDS)} (SAELens's names of relu, topk and jumprelu)",
+        rule is not None,
+        f"{where}: architecture={architecture!r} is not one this project has; it reads {', '.join(readable)}",
     )
     sizes = {}
     for key, bound in (("d_in", MAX_D_IN), ("d_sae", MAX_WIDTH)):
@@ -98,18 +99,14 @@ def sae_config(cfg: dict, location: str) -> tuple[SAEConfig, dict]:
     require(isinstance(hook, str), f"{where}: hook_name={hook!r} must be a hook point's name")
     head = metadata.get("hook_head_index", cfg.get("hook_head_index"))
     require(head is None, f"{where}: hook_head_index={head!r}: an SAE of one head's slice is not read here")
-    kind = KINDS[architecture]
-    k = cfg.get("k") if kind == "topk" else None
-    flags = {
-        "apply_b_dec_to_input": cfg.get("apply_b_dec_to_input", True),
-        "rescale": cfg.get("rescale_acts_by_decoder_norm", False) if kind == "topk" else False,
-    }
-    for key, value in flags.items():
-        require(isinstance(value, bool), f"{where}: {key}={value!r} must be true or false")
     try:
-        config = SAEConfig(kind=kind, d_in=sizes["d_in"], width=sizes["d_sae"], k=k, hook=hook)
+        settings, rescale = rule.from_saelens(cfg)
+        config = SAEConfig(kind=rule.name, d_in=sizes["d_in"], width=sizes["d_sae"], hook=hook, **settings)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+    flags = {"apply_b_dec_to_input": cfg.get("apply_b_dec_to_input", True), "rescale": rescale}
+    for key, value in flags.items():
+        require(isinstance(value, bool), f"{where}: {key}={value!r} must be true or false")
     return config, flags
 
 
@@ -117,9 +114,9 @@ def read_weights(path: Path, location: str, config: SAEConfig, flags: dict) -> d
     """The SAE's weights from sae_weights.safetensors: its header checked against the config before a
     tensor is read, then read without running code, converted (the module docstring)."""
     d, w = config.d_in, config.width
+    rule = config.rule
     expected = {"W_enc": (d, w), "b_enc": (w,), "W_dec": (w, d), "b_dec": (d,)}
-    if config.kind == "jumprelu":
-        expected["threshold"] = (w,)
+    expected |= dict.fromkeys(rule.saelens_tensors, (w,))
     require_memory(8 * (2 * d * w + w + d), f"the SAE of {location}", "it is too large for this machine")
     header = _header(path, location)
     for key, shape in expected.items():
@@ -150,13 +147,8 @@ def read_weights(path: Path, location: str, config: SAEConfig, flags: dict) -> d
         tensors["b_enc"] = tensors["b_enc"] * norms
     state = {name: tensors[name] for name in ("W_enc", "b_enc", "W_dec", "b_dec")}
     state["input_scale"] = torch.ones(())
-    if config.kind == "jumprelu":
-        threshold = tensors["threshold"]
-        require(
-            bool((threshold > 0).all()),
-            f"{location}: a jumprelu threshold is <= 0, which this project's log-threshold cannot hold",
-        )
-        state["log_threshold"] = threshold.log()
+    with as_config_error():
+        state |= rule.saelens_state(tensors, location)
     with torch.device("meta"):
         names = set(SparseAutoencoder(config).state_dict())
     require(set(state) == names, f"{location}: the converted weights do not make a {config.kind} SAE")

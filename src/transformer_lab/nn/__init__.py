@@ -9,6 +9,7 @@ models.py      EncoderClassifier, DecoderLM, EncoderDecoder: token ids in, logit
                (TokenModel: attention layers and their kind, batch layout, greedy answers)
 sampling.py    greedy / temperature / top-k / top-p choice of the next token
 schedules.py   learning-rate schedules: linear warmup, then cosine decay or a constant rate
+dictionary.py  what sparse dictionaries share; sae_kinds.py their kinds; sae.py sparse autoencoders
 """
 
 from transformer_lab.nn.attention import (

@@ -7,8 +7,9 @@ config, where these values are usually set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
 # Upper bounds on every size, far above what these models train on a laptop or a GPU, so that a config or
@@ -115,11 +116,11 @@ class ModelConfig:
     def from_dict(cls, values: Mapping) -> ModelConfig:
         """The config of plain data (a training config's `model.*`, a checkpoint's `net`): a ValueError
         naming the first key that is not a setting (`UnknownSetting`) or the first value out of bounds."""
-        known = [f.name for f in fields(cls)]
-        unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise UnknownSetting(f"model.{unknown[0]} is not an architecture setting ({', '.join(known)})")
-        return cls(**values)
+
+        def unknown(key: str, known: str) -> Exception:
+            return UnknownSetting(f"model.{key} is not an architecture setting ({known})")
+
+        return from_plain(cls, values, unknown)
 
     def __post_init__(self) -> None:
         if self.vocab is not None:
@@ -176,59 +177,59 @@ class ModelConfig:
 
     def check(self) -> None:
         """Raise ValueError naming the first impossible value and how to fix it."""
-        _require(
+        require(
             self.arch in ARCHITECTURES, f"model.arch={self.arch!r} is unknown; use {', '.join(ARCHITECTURES)}"
         )
         for key in ("vocab_size", "model_dim", "num_heads", "num_layers", "mlp_ratio", "max_len"):
             value = getattr(self, key)
-            _require(_is_int(value) and value > 0, f"model.{key}={value!r} must be a positive integer")
+            require(is_int(value) and value > 0, f"model.{key}={value!r} must be a positive integer")
         for key in ("dim_feedforward", "num_classes"):
             value = getattr(self, key)
-            _require(
-                value is None or (_is_int(value) and value > 0),
+            require(
+                value is None or (is_int(value) and value > 0),
                 f"model.{key}={value!r} must be a positive integer (or null)",
             )
         for key, bound in LIMITS.items():
             value = getattr(self, key)
-            _require(
+            require(
                 value is None or value <= bound,
                 f"model.{key}={value} is more than this package's limit of {bound}; use a smaller value",
             )
         for key in ("pad_id", "bos_id", "eos_id", "sep_id"):
             value = getattr(self, key)
-            _require(
-                value is None or (_is_int(value) and 0 <= value < self.vocab_size),
+            require(
+                value is None or (is_int(value) and 0 <= value < self.vocab_size),
                 f"{key}={value!r} must be a token id below vocab_size={self.vocab_size} (or null)",
             )
-        _require(
+        require(
             self.vocab is None or len(self.vocab) == self.vocab_size,
             f"the vocabulary lists {len(self.vocab or [])} tokens but vocab_size={self.vocab_size}",
         )
-        _require(
+        require(
             self.model_dim % self.num_heads == 0,
             f"model.model_dim={self.model_dim} is not divisible by model.num_heads={self.num_heads}; "
             "choose model_dim as a multiple of num_heads",
         )
         for key in ("dropout", "input_dropout"):
             value = getattr(self, key)
-            _require(
+            require(
                 isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1,
                 f"model.{key}={value!r} must be in [0, 1)",
             )
         for key in ("norm_first", "bias", "output_mlp", "tie_embeddings", "scale_attention", "mlp"):
             value = getattr(self, key)
-            _require(isinstance(value, bool), f"model.{key}={value!r} must be true or false")
-        _require(
+            require(isinstance(value, bool), f"model.{key}={value!r} must be true or false")
+        require(
             self.activation in ACTIVATIONS,
             f"model.activation={self.activation!r}: use relu or gelu (or gelu_new, GPT-2's tanh form), or "
             "a gated MLP: swiglu or geglu",
         )
-        _require(
+        require(
             self.positional_encoding in POSITIONAL_ENCODINGS,
             f"model.positional_encoding={self.positional_encoding!r}: use sinusoidal, learned, none or "
             "rotary",
         )
-        _require(
+        require(
             not self.tie_embeddings or self.output_classes == self.vocab_size,
             "model.tie_embeddings=true needs as many output classes as input tokens",
         )
@@ -237,67 +238,67 @@ class ModelConfig:
     def _check_modern_blocks(self) -> None:
         """The settings of the blocks of Llama, GPT-NeoX and GPT-Neo: norm, rotary, grouped-query attention,
         parallel residual, attention windows, biases per part."""
-        _require(self.norm in NORMS, f"model.norm={self.norm!r}: use layer (LayerNorm) or rms (RMSNorm)")
-        _require(
-            _is_number(self.norm_eps) and 0 < self.norm_eps < 1,
+        require(self.norm in NORMS, f"model.norm={self.norm!r}: use layer (LayerNorm) or rms (RMSNorm)")
+        require(
+            is_number(self.norm_eps) and 0 < self.norm_eps < 1,
             f"model.norm_eps={self.norm_eps!r} must be a small positive number (1e-5: LayerNorm's default)",
         )
-        _require(
-            _is_number(self.rotary_fraction) and 0 < self.rotary_fraction <= 1,
+        require(
+            is_number(self.rotary_fraction) and 0 < self.rotary_fraction <= 1,
             f"model.rotary_fraction={self.rotary_fraction!r} must be in (0, 1] (the share of each head's "
             "dimensions rotary positions rotate; Pythia's is 0.25)",
         )
-        _require(
-            _is_number(self.rotary_base) and self.rotary_base > 1,
+        require(
+            is_number(self.rotary_base) and self.rotary_base > 1,
             f"model.rotary_base={self.rotary_base!r} must be a number > 1 (10000: RoPE's)",
         )
         if self.positional_encoding == "rotary":
             rotated = self.rotary_dim
-            _require(
+            require(
                 rotated >= 2 and rotated % 2 == 0,
                 f"model.rotary_fraction={self.rotary_fraction} of a head of {self.head_dim} dimensions "
                 f"rotates {rotated}; rotary positions rotate pairs of dimensions: choose model_dim, "
                 "num_heads and rotary_fraction so that head_dim x rotary_fraction is an even number >= 2",
             )
         kv = self.num_kv_heads
-        _require(
-            kv is None or (_is_int(kv) and 0 < kv <= self.num_heads and self.num_heads % kv == 0),
+        require(
+            kv is None or (is_int(kv) and 0 < kv <= self.num_heads and self.num_heads % kv == 0),
             f"model.num_kv_heads={kv!r} must divide model.num_heads={self.num_heads} (each key-value head "
             "serves num_heads / num_kv_heads query heads; 1: multi-query attention; null: one per head)",
         )
         for key in ("parallel_residual",):
-            _require(
+            require(
                 isinstance(getattr(self, key), bool),
                 f"model.{key}={getattr(self, key)!r} must be true or false",
             )
         if self.parallel_residual:
-            _require(
+            require(
                 self.norm_first,
                 "model.parallel_residual=true needs pre-norm blocks (model.norm_first=true): "
                 "x + Attn(LN1(x)) + MLP(LN2(x)) reads the stream before either sub-layer",
             )
-            _require(
+            require(
                 self.arch != "encoder_decoder",
                 "model.parallel_residual=true is for blocks of one attention sub-layer (arch=decoder or "
                 "encoder); the encoder-decoder's decoder blocks have cross-attention between the two",
             )
         window, layers = self.attention_window, self.window_layers
-        _require(
-            window is None or (_is_int(window) and 0 < window <= LIMITS["max_len"]),
+        require(
+            window is None or (is_int(window) and 0 < window <= LIMITS["max_len"]),
             f"model.attention_window={window!r} must be a positive integer (the positions a query sees) "
             "or null",
         )
-        _require(
+        require(
             layers is None
             or (
                 isinstance(layers, list | tuple)
-                and all(_is_int(i) and 0 <= i < self.num_layers for i in layers)
+                and all(is_int(i) and 0 <= i < self.num_layers for i in layers)
                 and len(set(layers)) == len(layers)
             ),
             f"model.window_layers={layers!r} must list distinct layers 0 .. {self.num_layers - 1} "
             "(null: every layer)",
         )
-        _require(
+        require(
             layers is None or window is not None,
             "model.window_layers is set but model.attention_window is null; set the window, e.g. "
             "model.attention_window=256",
@@ -306,10 +307,10 @@ class ModelConfig:
             self.window_layers = sorted(int(i) for i in layers)
         for key in BIASES:
             value = getattr(self, key)
-            _require(
+            require(
                 value is None or isinstance(value, bool), f"model.{key}={value!r} must be true, false or null"
             )
-        _require(
+        require(
             not (self.norm == "rms" and self.norm_bias),
             "model.norm_bias=true with model.norm=rms: RMSNorm has no bias; use norm=layer or norm_bias=null",
         )
@@ -324,14 +325,27 @@ class ModelConfig:
         return asdict(self)
 
 
-def _is_int(value: object) -> bool:
+def from_plain(cls: type, values: Mapping, unknown_key: Callable[[str, str], Exception]) -> Any:
+    """A config dataclass `cls` of plain data; `unknown_key(key, the known keys)` is raised for the first
+    key that is not one of its fields."""
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise unknown_key(unknown[0], ", ".join(known))
+    return cls(**values)
+
+
+def is_int(value: object) -> bool:
+    """An int, not a bool."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value  # not NaN
+def is_number(value: object) -> bool:
+    """An int or float, not a bool, not NaN."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
-def _require(condition: bool, message: str) -> None:
+def require(condition: bool, message: str) -> None:
+    """A ValueError with `message` unless `condition`."""
     if not condition:
         raise ValueError(message)

@@ -75,3 +75,20 @@ class ConstantWarmupScheduler(LRScheduler):
         state = super().state_dict()
         state.pop("warmup", None)
         return state
+
+
+SCHEDULES = ("cosine", "constant")  # model.schedule: CosineWarmupScheduler, ConstantWarmupScheduler
+
+
+def warmup_scheduler(
+    optimizer: Optimizer, schedule: str, warmup: int, max_iters: float | None
+) -> LRScheduler:
+    """The schedule `schedule` names: warmup over `warmup` steps, then constant, or cosine decay to 0 at
+    `max_iters` (which must then be a finite, positive number of steps; a ValueError saying what to set)."""
+    if schedule == "constant":
+        return ConstantWarmupScheduler(optimizer, warmup=warmup)
+    if schedule != "cosine":
+        raise ValueError(f"model.schedule={schedule!r} is unknown; use {' or '.join(SCHEDULES)}")
+    if max_iters is None or not math.isfinite(max_iters) or max_iters <= 0:
+        raise ValueError("model.schedule=cosine needs its length: set model.max_iters or trainer.max_steps")
+    return CosineWarmupScheduler(optimizer, warmup=warmup, max_iters=int(max_iters))

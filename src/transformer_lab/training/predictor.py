@@ -20,13 +20,12 @@ from torchmetrics import MeanMetric
 from transformer_lab.data.task import TaskDataModule
 from transformer_lab.errors import ConfigError, as_config_error, require
 from transformer_lab.nn import IGNORE_INDEX, ModelConfig, build_model
-from transformer_lab.nn.schedules import ConstantWarmupScheduler, CosineWarmupScheduler
+from transformer_lab.nn.schedules import SCHEDULES, warmup_scheduler
 from transformer_lab.training.checkpoint_io import FORMAT_VERSION
 from transformer_lab.training.config_checks import check_arguments, check_values
 from transformer_lab.training.datamodule import task_of
 
 METRICS = ("acc", "seq_acc", "bpc", "ppl")
-SCHEDULES = ("cosine", "constant")  # CosineWarmupScheduler, ConstantWarmupScheduler
 DECAYED = ("matrices", "all")  # the parameters weight decay applies to
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # devices with a fused (single-kernel) AdamW in torch >= 2.4
 ARCHITECTURE_KEYS = tuple(f.name for f in fields(ModelConfig))
@@ -210,15 +209,15 @@ class TransformerPredictor(L.LightningModule):
         fused = self.hparams.fused_adamw and self.device.type in FUSED_ADAMW_DEVICES
         betas = tuple(self.hparams.betas)
         optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, betas=betas, fused=fused)
-        if self.hparams.get("schedule", "cosine") == "constant":
-            scheduler = ConstantWarmupScheduler(optimizer, warmup=self.hparams.warmup)
-            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-        max_iters = self.hparams.max_iters or self.trainer.estimated_stepping_batches
-        if not math.isfinite(max_iters):
-            raise ConfigError("cannot infer model.max_iters: set model.max_iters or trainer.max_steps")
-        if max_iters <= 0:
-            raise ConfigError(f"training has no optimisation step to take: {self._why_no_step()}")
-        scheduler = CosineWarmupScheduler(optimizer, warmup=self.hparams.warmup, max_iters=int(max_iters))
+        schedule = self.hparams.get("schedule", "cosine")
+        max_iters = None
+        if schedule == "cosine":
+            max_iters = self.hparams.max_iters or self.trainer.estimated_stepping_batches
+            if not math.isfinite(max_iters):
+                raise ConfigError("cannot infer model.max_iters: set model.max_iters or trainer.max_steps")
+            if max_iters <= 0:
+                raise ConfigError(f"training has no optimisation step to take: {self._why_no_step()}")
+        scheduler = warmup_scheduler(optimizer, schedule, self.hparams.warmup, max_iters)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def _why_no_step(self) -> str:

@@ -7,13 +7,13 @@ norm, the dead features and the measures. Training batches are activations [B, d
 `(*inputs, labels)`, on which the model-level measures are taken with the SAE spliced in
 (`analysis.sae_measures`).
 
-Each step: the loss (`SparseAutoencoder.training_losses`: reconstruction, the kind's sparsity penalty with
-its coefficient ramped up over `l1_warmup` steps, AuxK for topk and batchtopk), Adam with the warmup
+Each step: the loss (`Dictionary.training_losses`: reconstruction, the kind's sparsity penalty with its
+coefficient ramped up over `sparsity_warmup` steps, AuxK for the kinds that have it), Adam with the warmup
 schedule, W_dec's gradient made orthogonal to its rows before the step and its rows set back to unit norm
-after it. A feature that has not fired for `dead_window` steps is dead; relu SAEs resample their dead
-features every `resample_every` steps (Bricken et al. 2023: the direction of an input the SAE
-reconstructs badly, a small encoder, Adam's moments of them reset); topk and batchtopk give them a gradient
-through AuxK; jumprelu's thresholds move by their own gradient.
+after it. A feature that has not fired for `dead_window` steps is dead; kinds that resample (relu) do so
+every `resample_every` steps (Bricken et al. 2023: the direction of an input the SAE reconstructs badly, a
+small encoder, Adam's moments of them reset); AuxK gives them a gradient (topk, batchtopk); jumprelu's
+thresholds move by their own gradient. The kind is asked, never named (`nn.sae_kinds`).
 """
 
 from __future__ import annotations
@@ -28,16 +28,15 @@ from torchmetrics import Metric
 
 from transformer_lab.analysis import sae_measures
 from transformer_lab.data.activation_task import ActivationTask, mmcs
-from transformer_lab.errors import ConfigError, as_config_error, require
+from transformer_lab.deprecated import renamed
+from transformer_lab.errors import as_config_error, require
 from transformer_lab.limits import require_memory, size_text
-from transformer_lab.nn.sae import KINDS, NEEDS_K, SAEConfig, SparseAutoencoder
-from transformer_lab.nn.schedules import ConstantWarmupScheduler, CosineWarmupScheduler
+from transformer_lab.nn import sae_kinds
+from transformer_lab.nn.sae import SAEConfig, SparseAutoencoder
+from transformer_lab.nn.schedules import SCHEDULES, warmup_scheduler
 from transformer_lab.training.checkpoint_io import FORMAT_VERSION
 from transformer_lab.training.config_checks import check_arguments
 from transformer_lab.training.datamodule import task_of
-
-SCHEDULES = ("constant", "cosine")
-DEFAULT_L1 = {"relu": 3.0, "jumprelu": 2.0}  # in the scaled space (mean norm sqrt(d_in)); topk: none
 
 
 class MeasureSums(Metric):
@@ -63,12 +62,13 @@ class MeasureSums(Metric):
 class SAEModule(L.LightningModule):
     """Trains `.net`, a SparseAutoencoder (see the module docstring).
 
-    sae: the SAE's config as a dict (kind, d_in, width, k, hook). l1: the sparsity penalty's coefficient
-    (relu: of sum f; jumprelu: of the L0; null: the kind's default, DEFAULT_L1). l1_warmup: steps over
-    which it rises linearly from 0. aux_k: AuxK's coefficient (topk, batchtopk). dead_window: steps
-    without firing after which a feature counts as dead. resample_every: relu: resample the dead features
-    every this many steps (0: never). lr, betas, warmup, schedule (constant | cosine), max_iters: Adam and
-    its learning-rate schedule."""
+    sae: the SAE's config as a dict (kind, d_in, width, k, hook). l1_coefficient, l0_coefficient: the
+    sparsity penalty's coefficient, under SAELens's name for the kind (relu: l1_coefficient, of sum f;
+    jumprelu: l0_coefficient, of the L0; null: the kind's default); a kind without a penalty takes
+    neither. sparsity_warmup: steps over which it rises linearly from 0. aux_k: AuxK's coefficient (topk,
+    batchtopk). dead_window: steps without firing after which a feature counts as dead. resample_every:
+    kinds that resample (relu): every this many steps (0: never). lr, betas, warmup, schedule (constant |
+    cosine), max_iters: Adam and its learning-rate schedule."""
 
     def __init__(
         self,
@@ -78,8 +78,9 @@ class SAEModule(L.LightningModule):
         warmup: int = 100,
         schedule: str = "constant",
         max_iters: int | None = None,
-        l1: float | None = None,
-        l1_warmup: int = 0,
+        l1_coefficient: float | None = None,
+        l0_coefficient: float | None = None,
+        sparsity_warmup: int = 0,
         aux_k: float = 1 / 32,
         dead_window: int = 1000,
         resample_every: int = 0,
@@ -89,8 +90,19 @@ class SAEModule(L.LightningModule):
             config = SAEConfig.from_dict(dict(sae))
         sae = config.to_dict()
         betas = [float(b) for b in betas]
-        if l1 is None:
-            l1 = DEFAULT_L1.get(config.kind, 0.0)
+        rule = config.rule
+        own = "it has no penalty"
+        if rule.coefficient:
+            own = f"its sparsity coefficient is model.{rule.coefficient}"
+        for name, value in (("l1_coefficient", l1_coefficient), ("l0_coefficient", l0_coefficient)):
+            require(
+                value is None or name == rule.coefficient,
+                f"model.{name}={value} is not a setting of model.kind={config.kind}: {own}",
+            )
+        if rule.coefficient == "l1_coefficient" and l1_coefficient is None:
+            l1_coefficient = rule.default_coefficient
+        if rule.coefficient == "l0_coefficient" and l0_coefficient is None:
+            l0_coefficient = rule.default_coefficient
         self.save_hyperparameters()
         _check_hparams(self.hparams)
         self.net = SparseAutoencoder(config)
@@ -132,11 +144,17 @@ class SAEModule(L.LightningModule):
             self.net.b_dec.copy_(mean.to(self.device))
 
     # ----------------------------------------------------------------------------------- training
-    def l1_now(self) -> float:
-        """The sparsity coefficient at this step: ramped up linearly over `l1_warmup` steps."""
-        h = self.hparams
-        ramp = 1.0 if h.l1_warmup <= 0 else min(1.0, (self.global_step + 1) / h.l1_warmup)
-        return h.l1 * ramp
+    @property
+    def coefficient(self) -> float:
+        """The kind's sparsity coefficient (0 for a kind without a penalty)."""
+        name = self.net.kind.coefficient
+        return 0.0 if name is None else self.hparams[name]
+
+    def coefficient_now(self) -> float:
+        """The sparsity coefficient at this step: ramped up linearly over `sparsity_warmup` steps."""
+        warmup = self.hparams.sparsity_warmup
+        ramp = 1.0 if warmup <= 0 else min(1.0, (self.global_step + 1) / warmup)
+        return self.coefficient * ramp
 
     def dead(self) -> Tensor:
         """Bool [width]: the features that have not fired for `dead_window` steps."""
@@ -144,7 +162,7 @@ class SAEModule(L.LightningModule):
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
         x = batch.float()
-        losses = self.net.training_losses(x, self.l1_now(), self.hparams.aux_k, self.dead())
+        losses = self.net.training_losses(x, self.coefficient_now(), self.hparams.aux_k, self.dead())
         f = losses.pop("features")
         fired = (f > 0).any(dim=0)
         self.steps_since_fired += 1
@@ -158,9 +176,9 @@ class SAEModule(L.LightningModule):
         return losses["loss"]
 
     def on_train_batch_end(self, outputs: object, batch: Tensor, batch_idx: int) -> None:
-        """After the step: every `resample_every` steps, resample the dead features (relu)."""
+        """After the step: every `resample_every` steps, resample the dead features (kinds that do)."""
         every = self.hparams.resample_every
-        if every and self.net.kind == "relu" and self.global_step % every == 0:
+        if every and self.net.kind.resamples and self.global_step % every == 0:
             self.log("train/resampled", float(self.resample(batch.float())), batch_size=len(batch))
 
     def _logs_this_step(self) -> bool:
@@ -236,14 +254,14 @@ class SAEModule(L.LightningModule):
 
     def objective(self, totals: dict[str, Tensor]) -> float:
         """The training loss of summed batches, at the full sparsity coefficient and without AuxK: the
-        reconstruction's squared error in the scaled space, plus l1 * (sum f or ||f||_0) per position."""
+        reconstruction's squared error in the scaled space, plus the coefficient times the kind's penalty
+        (sum f or ||f||_0) per position."""
         n = float(totals["positions"])
         s = float(self.net.input_scale)
         loss = s * s * float(totals["squared_error"]) / n
-        if self.net.kind == "relu":
-            loss += self.hparams.l1 * float(totals["l1"]) / n
-        elif self.net.kind == "jumprelu":
-            loss += self.hparams.l1 * float(totals["l0"]) / n
+        penalty = self.net.kind.penalty_sum
+        if penalty is not None:
+            loss += self.coefficient * float(totals[penalty]) / n
         return loss
 
     def _log_measures(self, stage: str, sums: MeasureSums) -> dict[str, Tensor]:
@@ -252,7 +270,6 @@ class SAEModule(L.LightningModule):
         if float(totals["positions"]) == 0:
             return totals
         values = sae_measures.measures(totals)
-        values.pop("previous_token_share", None)  # a grade: metrics.json's, not a logged measure
         values["loss"] = self.objective(totals)
         # every rank has the same totals (MeasureSums syncs them): averaging them changes nothing
         self.log_dict({f"{stage}/{k}": float(v) for k, v in values.items()}, sync_dist=True)
@@ -269,10 +286,7 @@ class SAEModule(L.LightningModule):
         if true is not None:
             score, share = mmcs(true.to(self.net.W_dec), self.net.directions().detach())
             self.grades |= {"mmcs": score, "recovered_share": share}
-        if "previous" in totals and float(totals["previous_count"].sum()) > 0:
-            self.grades["previous_token_share"] = sae_measures.previous_token_share(totals)
-            scores = sae_measures.previous_token_scores(totals)
-            self.grades["previous_token_score"] = float(scores.mean())  # how near the share's 0.9 they are
+        self.grades |= sae_measures.previous_token_grades(totals)
         for logger in self.loggers:
             experiment = getattr(logger, "experiment", None)
             if hasattr(experiment, "add_histogram"):
@@ -295,25 +309,23 @@ class SAEModule(L.LightningModule):
     def configure_optimizers(self) -> dict:
         h = self.hparams
         optimizer = torch.optim.Adam(self.parameters(), lr=h.lr, betas=tuple(h.betas))
-        if h.schedule == "constant":
-            scheduler = ConstantWarmupScheduler(optimizer, warmup=h.warmup)
-        else:
-            max_iters = h.max_iters or self.trainer.estimated_stepping_batches
-            if not math.isfinite(max_iters) or max_iters <= 0:
-                raise ConfigError("model.schedule=cosine needs trainer.max_steps (or model.max_iters)")
-            scheduler = CosineWarmupScheduler(optimizer, warmup=h.warmup, max_iters=int(max_iters))
+        with as_config_error():
+            scheduler = warmup_scheduler(
+                optimizer, h.schedule, h.warmup, h.max_iters or self.trainer.estimated_stepping_batches
+            )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 def _check_hparams(h: Mapping) -> None:
-    for key in ("lr", "l1", "aux_k"):
+    for key in ("lr", "l1_coefficient", "l0_coefficient", "aux_k"):
         value = h[key]
         require(
-            isinstance(value, int | float) and not isinstance(value, bool) and value >= 0,
+            value is None or (isinstance(value, int | float) and not isinstance(value, bool) and value >= 0),
             f"model.{key}={value!r} must be a number >= 0",
         )
+        require(value is None or math.isfinite(value), f"model.{key}={value!r} must be finite")
     require(h["lr"] > 0, f"model.lr={h['lr']} must be positive")
-    for key in ("warmup", "l1_warmup", "dead_window", "resample_every"):
+    for key in ("warmup", "sparsity_warmup", "dead_window", "resample_every"):
         value = h[key]
         require(isinstance(value, int) and value >= 0, f"model.{key}={value!r} must be an integer >= 0")
     require(h["dead_window"] > 0, "model.dead_window must be at least 1 step")
@@ -322,7 +334,8 @@ def _check_hparams(h: Mapping) -> None:
         f"model.betas={h['betas']} must be two numbers in [0, 1)",
     )
     require(
-        h["schedule"] in SCHEDULES, f"model.schedule={h['schedule']!r} is unknown; use constant or cosine"
+        h["schedule"] in SCHEDULES,
+        f"model.schedule={h['schedule']!r} is unknown; use {' or '.join(SCHEDULES)}",
     )
     require(
         h["max_iters"] is None or (isinstance(h["max_iters"], int) and h["max_iters"] > 0),
@@ -330,20 +343,23 @@ def _check_hparams(h: Mapping) -> None:
     )
 
 
-MODEL_KEYS = ("kind", "expansion", "k", "bandwidth", "threshold")
+SHAPE_KEYS = ("kind", "expansion", "k", "bandwidth", "threshold")  # the SAE's config; the rest: training's
 
 
 def build_sae_module(settings: Mapping, task: ActivationTask) -> SAEModule:
     """The SAE module for the config's `model.*` settings on an activation task: `kind`, `expansion` (the
-    width is expansion x the task's d_in), `k` (topk and batchtopk; the others ignore it), `bandwidth` and
-    `threshold` (jumprelu), and the training settings of SAEModule. Widths the machine cannot hold are
-    refused before anything is allocated."""
-    settings = dict(settings)
-    training = {k: v for k, v in settings.items() if k not in MODEL_KEYS}
+    width is expansion x the task's d_in), the kind's own settings (`k`, `bandwidth`, `threshold`: null
+    or absent, the kind's default; a setting of another kind is ignored, so one sweep can cross kinds),
+    and the training settings of SAEModule. Widths the machine cannot hold are refused before anything is
+    allocated."""
+    kind = settings.get("kind") or sae_kinds.DEFAULT
+    with as_config_error():
+        rule = sae_kinds.get(kind)
+        renames = {"l1": rule.coefficient, "l1_warmup": "sparsity_warmup"}  # their names until 0.1
+        settings = renamed(dict(settings), renames, "model")
+    training = {k: v for k, v in settings.items() if k not in SHAPE_KEYS}
     check_arguments(SAEModule, training, "model")
     require("sae" not in training, "model.sae is set from model.kind, model.expansion and model.k")
-    kind = settings.get("kind", "topk")
-    require(kind in KINDS, f"model.kind={kind!r} is unknown; use {' | '.join(KINDS)}")
     expansion = settings.get("expansion", 8)
     require(
         isinstance(expansion, int) and not isinstance(expansion, bool) and expansion > 0,
@@ -358,16 +374,8 @@ def build_sae_module(settings: Mapping, task: ActivationTask) -> SAEModule:
         "with its gradients and optimizer state)",
         "lower model.expansion",
     )
-    config = {
-        "kind": kind,
-        "d_in": d_in,
-        "width": width,
-        "k": settings.get("k") if kind in NEEDS_K else None,
-        "hook": task.hook,
-    }
-    for key in ("bandwidth", "threshold"):
-        if key in settings:
-            config[key] = settings[key]
+    config = {"kind": kind, "d_in": d_in, "width": width, "hook": task.hook}
+    config |= {key: settings[key] for key in rule.settings if settings.get(key) is not None}
     with as_config_error():
-        SAEConfig.from_dict(config)
+        config = SAEConfig.from_dict(config).to_dict()
     return SAEModule(sae=config, **training)
