@@ -241,7 +241,7 @@ def test_per_head_inputs_change_one_kv_head_and_keep_the_logits(settings):
             tokens, fwd_hooks=[(lambda n: n.endswith("_input"), lambda x, hook: x + 0)]
         )
         torch.testing.assert_close(same, plain, atol=1e-5, rtol=1e-5)
-        kv = model.config.kv_heads
+        kv = model.config.num_kv_heads
         assert cache["blocks.0.hook_k_input"].shape == (2, 9, kv, 32)
         assert cache["blocks.0.hook_q_input"].shape == (2, 9, 4, 32)
 
@@ -281,7 +281,7 @@ def test_patching_every_edge_is_the_corrupted_run(settings):
     bad = (torch.remainder(bad[0], V),)
     setup = circuits.prepare(model, clean, labels, (bad, bad_labels), metric="kl")
     g = setup.graph
-    kv = model.config.kv_heads
+    kv = model.config.num_kv_heads
     k_readers = [r for r in g.readers if r.hook == "blocks.1.hook_k_input"]
     assert len(k_readers) == kv and all(len(r.nodes) == 4 // kv for r in k_readers)
     if kv < 4:

@@ -58,11 +58,11 @@ def meaning(model, part: str) -> str:
     if config.norm == "rms" and (part in SUBLAYERS or part.startswith("ln_final")):
         name = "final RMSNorm" if part.startswith("ln_final") else f"RMSNorm of {SUBLAYERS[part]}"
         return f"{name} (d: a scale, no shift)"
-    if part.endswith("qkv_proj") and config.kv_heads < config.num_heads:
+    if part.endswith("qkv_proj") and config.num_kv_heads < config.num_heads:
         kind = "cross-attention" if part.startswith("cross") else "self-attention"
         return (
-            f"{kind}: W_Q for {config.num_heads} heads, W_K and W_V for {config.kv_heads} key-value heads "
-            "(d x d + 2 d x d_kv)"
+            f"{kind}: W_Q for {config.num_heads} heads, W_K and W_V for {config.num_kv_heads} key-value "
+            "heads (d x d + 2 d x d_kv)"
         )
     if config.activation in ("swiglu", "geglu") and part in ("mlp.fc_gate", "mlp.fc_in", "mlp.fc_out"):
         which = {"mlp.fc_gate": "the gate, d -> d_ff", "mlp.fc_in": "the up projection, d -> d_ff"}
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     config = model.config
     title = (
         f"{type(model).__name__} for task={cfg.task_name}: d={config.model_dim}, heads={config.num_heads}, "
-        f"layers={config.num_layers}, d_ff={config.feedforward_dim}, V={config.vocab_size}, "
+        f"layers={config.num_layers}, d_ff={config.dim_feedforward}, V={config.vocab_size}, "
         f"positions={config.positional_encoding}"
     )
     print(format_table(parameter_table(model), title))

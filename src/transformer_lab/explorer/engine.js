@@ -83,7 +83,7 @@
   function cost(T) {
     const c = LIVE.spec.config;
     const D = c.model_dim;
-    const perLayer = T * (4 * D * D + 2 * D * c.feedforward_dim) + 2 * T * T * D;
+    const perLayer = T * (4 * D * D + 2 * D * c.dim_feedforward) + 2 * T * T * D;
     return LIVE.spec.stacks.length * c.num_layers * perLayer + T * D * c.output_classes;
   }
   const WORKER_COST = 1e8; // ~0.1 s of JavaScript: above it, the views' runs go to a worker

@@ -107,7 +107,7 @@ def _vector(c: ModelConfig) -> tuple[int, ...]:
 
 def _qkv(c: ModelConfig) -> int:
     """The rows of W^Q, W^K, W^V stacked: H query heads and KV key and value heads of d_head each."""
-    return (c.num_heads + 2 * c.kv_heads) * c.head_dim
+    return (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
 
 
 # role -> (what it is, its shape from the config). ATTN stands for an attention sub-layer's module name
@@ -127,11 +127,11 @@ ROLES: dict[str, tuple[str, Callable[[ModelConfig], tuple[int, ...]]]] = {
     "ATTN.out.bias": ("W^O's bias", _vector),
     "mlp.norm.weight": ("the MLP sub-layer's norm: gain", _vector),
     "mlp.norm.bias": ("the MLP sub-layer's LayerNorm: bias", _vector),
-    "mlp.gate.weight": ("a gated MLP's W_gate [F, D]", lambda c: (c.feedforward_dim, c.model_dim)),
-    "mlp.gate.bias": ("b_gate", lambda c: (c.feedforward_dim,)),
-    "mlp.in.weight": ("W_1 [F, D] (a gated MLP's up projection)", lambda c: (c.feedforward_dim, c.model_dim)),
-    "mlp.in.bias": ("b_1", lambda c: (c.feedforward_dim,)),
-    "mlp.out.weight": ("W_2 [D, F]", lambda c: (c.model_dim, c.feedforward_dim)),
+    "mlp.gate.weight": ("a gated MLP's W_gate [F, D]", lambda c: (c.dim_feedforward, c.model_dim)),
+    "mlp.gate.bias": ("b_gate", lambda c: (c.dim_feedforward,)),
+    "mlp.in.weight": ("W_1 [F, D] (a gated MLP's up projection)", lambda c: (c.dim_feedforward, c.model_dim)),
+    "mlp.in.bias": ("b_1", lambda c: (c.dim_feedforward,)),
+    "mlp.out.weight": ("W_2 [D, F]", lambda c: (c.model_dim, c.dim_feedforward)),
     "mlp.out.bias": ("b_2", _vector),
     # the output layer: one Linear, or the tutorial's Linear-LayerNorm-ReLU-Linear (hidden, norm, then it)
     "unembed.hidden.weight": ("the output MLP's first Linear", lambda c: (c.model_dim, c.model_dim)),

@@ -79,8 +79,7 @@ def model_spec(model: TokenModel) -> dict:
         )
     div_term = sinusoid_frequencies(config.model_dim)  # exactly as nn.PositionalEncoding's, in float32
     return {
-        "config": config.to_dict()
-        | {"feedforward_dim": config.feedforward_dim, "output_classes": config.output_classes},
+        "config": config.to_dict() | {"output_classes": config.output_classes},
         "stacks": [
             {
                 "prefix": prefix,

@@ -319,7 +319,7 @@
     /** FFN(x) = W_2 act(W_1 x + b_1) + b_2, each position on its own (block i of stack s). */
     mlp(x, T, s, i) {
       const { D } = this;
-      const F = this.config.feedforward_dim;
+      const F = this.config.dim_feedforward;
       const hidden = linear(x, T, D, this.need(s, i, "mlp.in.weight"), this.part(s, i, "mlp.in.bias"), F);
       if (this.gate) {
         // a gated MLP: W_down (act(W_gate x) * W_up x); `mlp.in` is the up projection

@@ -114,13 +114,13 @@ def tl_config(config: ModelConfig) -> dict:
         "n_ctx": config.max_len,
         "d_vocab": config.vocab_size,
         "d_vocab_out": config.vocab_size,
-        "d_mlp": config.feedforward_dim,
+        "d_mlp": config.dim_feedforward,
         "act_fn": GATED_ACT.get(config.activation, config.activation),
         "gated_mlp": config.activation in GATED,
         "attn_only": not config.mlp,
         "normalization_type": "RMS" if config.norm == "rms" else "LN",
         "eps": config.norm_eps,
-        "n_key_value_heads": config.num_kv_heads if config.kv_heads < config.num_heads else None,
+        "n_key_value_heads": config.num_kv_heads if config.num_kv_heads < config.num_heads else None,
         **rotary,
         "default_prepend_bos": False,  # token ids go in as they are
     }
@@ -155,7 +155,7 @@ def _or_zeros(bias: Tensor | None, size: int) -> Tensor:
 def state_dict(model: DecoderLM) -> dict[str, Tensor]:
     """The model's weights under HookedTransformer's names and shapes (the module docstring's table)."""
     config = model.config
-    dim, heads, kv = config.model_dim, config.num_heads, config.kv_heads
+    dim, heads, kv = config.model_dim, config.num_heads, config.num_kv_heads
     d_head, ctx = dim // heads, config.max_len
     grouped = "_" if kv < heads else ""  # HookedTransformer keeps grouped K and V as _W_K, _W_V
     order = adjacent_pairs(config) if config.positional_encoding == "rotary" else None
@@ -186,8 +186,8 @@ def state_dict(model: DecoderLM) -> dict[str, Tensor]:
         out[p + "attn.b_O"] = _or_zeros(attn.o_proj.bias, dim)
         out[p + "attn.mask"] = torch.tril(torch.ones(ctx, ctx, dtype=torch.bool))
         out[p + "attn.IGNORE"] = torch.tensor(float("-inf"))
-        if hasattr(block, "mlp"):
-            width, mlp = config.feedforward_dim, block.mlp
+        if block.mlp is not None:
+            width, mlp = config.dim_feedforward, block.mlp
             norm(p + "ln2", block.norm2)
             if hasattr(mlp, "fc_gate"):
                 out[p + "mlp.W_gate"] = mlp.fc_gate.weight.detach().T

@@ -12,6 +12,7 @@ this key".
 """
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,9 @@ from torch import Tensor, nn
 
 from transformer_lab.nn.hooks import HookPoint
 from transformer_lab.nn.positional import rotate
+
+if TYPE_CHECKING:
+    from transformer_lab.nn.config import BlockSpec
 
 
 def expand_mask(mask: Tensor) -> Tensor:
@@ -142,8 +146,8 @@ class MultiheadAttention(nn.Module):
     `num_kv_heads` heads, each shared by num_heads / num_kv_heads consecutive query heads (query head h
     reads key-value head h // group); the layout is then [q (H heads) | k (KV heads) | v (KV heads)].
     With `rotary`, queries and keys are rotated by their positions (`positional.rotate`) after hook_q and
-    hook_k. With `window`, each query sees only the keys fewer than `window` positions away (local
-    attention, `window_mask`).
+    hook_k. With `attention_window`, each query sees only the keys fewer than that many positions away
+    (local attention, `window_mask`). A block builds its attention from its spec (`of`).
 
     Cross-attention (the decoder of an encoder-decoder) takes its queries from `x` and its keys and
     values from `memory` (the encoder's output), with the same weights: the rows of W^Q, and of W^K, W^V.
@@ -172,7 +176,7 @@ class MultiheadAttention(nn.Module):
         num_kv_heads: int | None = None,
         out_bias: bool | None = None,
         rotary: bool = False,
-        window: int | None = None,
+        attention_window: int | None = None,
     ):
         super().__init__()
         if embed_dim % num_heads != 0:
@@ -186,7 +190,7 @@ class MultiheadAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.kv_dim = num_kv_heads * self.head_dim
         self.scale = scale
-        self.window = window
+        self.attention_window = attention_window
         self.qkv_proj = nn.Linear(input_dim, embed_dim + 2 * self.kv_dim, bias=bias)
         self.o_proj = nn.Linear(embed_dim, embed_dim, bias=bias if out_bias is None else out_bias)
         self.hook_q = HookPoint()
@@ -198,6 +202,22 @@ class MultiheadAttention(nn.Module):
         self.hook_pattern = HookPoint()
         self.hook_z = HookPoint()
         self._reset_parameters()
+
+    @classmethod
+    def of(cls, spec: "BlockSpec", own: bool = True) -> "MultiheadAttention":
+        """A block's attention of `spec` (`nn.config.BlockSpec`): its self-attention (`own`: rotary
+        positions and the layer's window), or its cross-attention (neither)."""
+        return cls(
+            spec.model_dim,
+            spec.model_dim,
+            spec.num_heads,
+            bias=spec.qkv_bias,
+            scale=spec.scale_attention,
+            num_kv_heads=spec.num_kv_heads,
+            out_bias=spec.out_bias,
+            rotary=spec.rotary and own,
+            attention_window=spec.attention_window if own else None,
+        )
 
     @property
     def group(self) -> int:
@@ -313,7 +333,8 @@ class MultiheadAttention(nn.Module):
         device = q.device
         explicit = return_attention or self.hook_pattern.is_hooked
         scale = None if self.scale else 1.0  # the fused kernel's default is 1 / sqrt(d_head)
-        local = None if self.window is None else window_mask(seq_len, num_keys, self.window, causal, device)
+        window = self.attention_window
+        local = None if window is None else window_mask(seq_len, num_keys, window, causal, device)
 
         # The fused kernel needs no mask tensor for plain causal attention: `is_causal` covers Tq == Tk,
         # and a single query (decoding with a KV cache) is the newest position, which sees every key.

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab.nn.attention import KVCache, MultiheadAttention, same_copies
+from transformer_lab.nn.config import BlockSpec
 from transformer_lab.nn.hooks import HookedModule, HookPoint
 
 
@@ -65,15 +66,17 @@ class MLP(nn.Module):
     Hook point `hook_post`: the hidden activation act(W_1 x + b_1), [B, T, dim_feedforward].
     """
 
-    def __init__(self, dim: int, dim_feedforward: int, activation: str, dropout: float, bias: bool = True):
+    def __init__(
+        self, model_dim: int, dim_feedforward: int, activation: str, dropout: float, bias: bool = True
+    ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"model.activation={activation!r} is unknown; use one of {sorted(ACTIVATIONS)}")
-        self.fc_in = nn.Linear(dim, dim_feedforward, bias=bias)
+        self.fc_in = nn.Linear(model_dim, dim_feedforward, bias=bias)
         self.act = ACTIVATIONS[activation]()
         self.hook_post = HookPoint()
         self.dropout = make_dropout(dropout)
-        self.fc_out = nn.Linear(dim_feedforward, dim, bias=bias)
+        self.fc_out = nn.Linear(dim_feedforward, model_dim, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc_out(self.dropout(self.hook_post(self.act(self.fc_in(x)))))
@@ -89,99 +92,116 @@ class GatedMLP(nn.Module):
     (W_up x), `hook_post` (act(W_gate x) * W_up x), each [B, T, dim_feedforward].
     """
 
-    def __init__(self, dim: int, dim_feedforward: int, activation: str, dropout: float, bias: bool = True):
+    def __init__(
+        self, model_dim: int, dim_feedforward: int, activation: str, dropout: float, bias: bool = True
+    ):
         super().__init__()
         if activation not in GATES:
             raise ValueError(f"model.activation={activation!r} is not gated; use one of {sorted(GATES)}")
         self.gate = GATES[activation]
-        self.fc_gate = nn.Linear(dim, dim_feedforward, bias=bias)
-        self.fc_in = nn.Linear(dim, dim_feedforward, bias=bias)
+        self.fc_gate = nn.Linear(model_dim, dim_feedforward, bias=bias)
+        self.fc_in = nn.Linear(model_dim, dim_feedforward, bias=bias)
         self.hook_pre = HookPoint()
         self.hook_pre_linear = HookPoint()
         self.hook_post = HookPoint()
         self.dropout = make_dropout(dropout)
-        self.fc_out = nn.Linear(dim_feedforward, dim, bias=bias)
+        self.fc_out = nn.Linear(dim_feedforward, model_dim, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.gate(self.hook_pre(self.fc_gate(x))) * self.hook_pre_linear(self.fc_in(x))
         return self.fc_out(self.dropout(self.hook_post(hidden)))
 
 
-def make_mlp(dim: int, dim_feedforward: int, activation: str, dropout: float, bias: bool = True) -> nn.Module:
-    """The MLP of `activation`: gated (swiglu, geglu) or plain (relu, gelu, gelu_new)."""
-    kind = GatedMLP if activation in GATES else MLP
-    return kind(dim, dim_feedforward, activation, dropout, bias)
+def make_mlp(spec: BlockSpec) -> nn.Module:
+    """The MLP of a block: gated (swiglu, geglu) or plain (relu, gelu, gelu_new)."""
+    kind = GatedMLP if spec.activation in GATES else MLP
+    return kind(spec.model_dim, spec.dim_feedforward, spec.activation, spec.dropout, spec.mlp_bias)
 
 
 class Block(HookedModule):
-    """What the encoder and decoder blocks share: their settings, and their sub-layers made in forward order
-    (the order of their hook points): `hook_resid_pre`; each attention sub-layer of `SUBLAYERS` (its
-    LayerNorm, the attention, the hook points of its output and of the stream after it); the MLP sub-layer
-    with its LayerNorm `MLP_NORM` and `hook_mlp_out`; `hook_resid_post`. `mlp=False` leaves the MLP out (an
-    attention-only block: the induction-head experiments' models); `bias=False` drops every Linear's and
-    LayerNorm's additive bias (nanoGPT's default), `qkv_bias`, `out_bias`, `mlp_bias`, `norm_bias` set one
-    part's (None: as `bias`); `scale_attention=False` drops the 1/sqrt(d_head). `norm`: `layer` or `rms`
-    (`make_norm`, with `norm_eps`); `num_kv_heads`: grouped-query attention; `rotary`: the self-attention
-    rotates queries and keys (the stack gives the angles); `window`: its local window;
-    `parallel_residual`: attention and MLP read the same stream (no `hook_resid_mid` then, as in
-    TransformerLens)."""
+    """What the encoder and decoder blocks share: their settings (`spec`, a `BlockSpec`: what
+    `ModelConfig.block(layer)` resolves, biases per part and the layer's window decided), their
+    sub-layers made in forward order (the order of their hook points), and the residual wiring.
+
+    `hook_resid_pre`; each attention sub-layer of `SUBLAYERS` (its norm, the attention, the hook points of
+    its output and of the stream after it); the MLP sub-layer with its norm `MLP_NORM` and
+    `hook_mlp_out` (`mlp` None in an attention-only block: the induction-head experiments' models);
+    `hook_resid_post`. A parallel block has no `hook_resid_mid` (as in TransformerLens).
+
+    The course tutorial's constructor works too: `EncoderBlock(input_dim, num_heads, dim_feedforward,
+    dropout)`, with any other `ModelConfig` setting by keyword (`norm_first=True`, `bias=False`, ...).
+    """
 
     SUBLAYERS: tuple[tuple[str, str, str, str], ...]  # (norm, attention, its output's hook, the stream's)
     MLP_NORM: str
+    ARCH: str  # the architecture a tutorial-style block's settings are checked as
     per_head = False  # True while the per-head hook points are attached (`HookedModule.per_head_hooks`)
 
     def __init__(
         self,
-        input_dim: int,
-        num_heads: int,
-        dim_feedforward: int,
+        spec: BlockSpec | int | None = None,
+        num_heads: int | None = None,
+        dim_feedforward: int | None = None,
         dropout: float = 0.0,
-        norm_first: bool = False,
-        activation: str = "relu",
-        bias: bool = True,
-        scale_attention: bool = True,
-        mlp: bool = True,
-        norm: str = "layer",
-        norm_eps: float = 1e-5,
-        num_kv_heads: int | None = None,
-        rotary: bool = False,
-        window: int | None = None,
-        parallel_residual: bool = False,
-        qkv_bias: bool | None = None,
-        out_bias: bool | None = None,
-        mlp_bias: bool | None = None,
-        norm_bias: bool | None = None,
+        *,
+        input_dim: int | None = None,
+        **settings: object,
     ):
         super().__init__()
-        self.norm_first = norm_first
-        self.parallel_residual = parallel_residual
-        norm_bias = bias if norm_bias is None else norm_bias
+        if not isinstance(spec, BlockSpec):  # the tutorial's EncoderBlock(input_dim, num_heads, ...)
+            settings |= {"dim_feedforward": dim_feedforward, "dropout": dropout}
+            spec = BlockSpec.of_settings(
+                self.ARCH, spec if spec is not None else input_dim, num_heads, **settings
+            )
+        self.spec = spec
+        self.norm_first = spec.norm_first
+        self.parallel_residual = spec.parallel_residual
         self.hook_resid_pre = HookPoint()
         for k, (norm_name, attn, out, resid) in enumerate(self.SUBLAYERS):
-            setattr(self, norm_name, make_norm(norm, input_dim, norm_eps, norm_bias))
-            own = k == 0  # the self-attention: rotary positions and a window (cross-attention has neither)
-            layer = MultiheadAttention(
-                input_dim,
-                input_dim,
-                num_heads,
-                bias=bias if qkv_bias is None else qkv_bias,
-                scale=scale_attention,
-                num_kv_heads=num_kv_heads,
-                out_bias=bias if out_bias is None else out_bias,
-                rotary=rotary and own,
-                window=window if own else None,
-            )
-            setattr(self, attn, layer)
+            setattr(self, norm_name, make_norm(spec.norm, spec.model_dim, spec.norm_eps, spec.norm_bias))
+            setattr(self, attn, MultiheadAttention.of(spec, own=k == 0))
             setattr(self, out, HookPoint())
-            if not parallel_residual:
+            if not spec.parallel_residual:
                 setattr(self, resid, HookPoint())
-        if mlp:
-            setattr(self, self.MLP_NORM, make_norm(norm, input_dim, norm_eps, norm_bias))
-            mlp_bias = bias if mlp_bias is None else mlp_bias
-            self.mlp = make_mlp(input_dim, dim_feedforward, activation, dropout, mlp_bias)
+        self.mlp = None
+        if spec.mlp:
+            setattr(self, self.MLP_NORM, make_norm(spec.norm, spec.model_dim, spec.norm_eps, spec.norm_bias))
+            self.mlp = make_mlp(spec)
             self.hook_mlp_out = HookPoint()
         self.hook_resid_post = HookPoint()
-        self.dropout = make_dropout(dropout)
+        self.dropout = make_dropout(spec.dropout)
+
+    # ------------------------------------------------------------------ the residual wiring, once
+    def residual(self, x: Tensor, out: Tensor, norm: nn.Module) -> Tensor:
+        """A sub-layer's output `out` added to the stream: x + out pre-norm (out read LN(x)), LN(x + out)
+        post-norm (out read x)."""
+        return x + out if self.norm_first else norm(x + out)
+
+    def mlp_out(self, x: Tensor, per_head: bool) -> Tensor:
+        """The MLP sub-layer's output for the stream x (`hook_mlp_out`): MLP(LN(x)) pre-norm, MLP(x)
+        post-norm; x through `hook_mlp_in` first (which only the MLP reads) while the per-head hook
+        points are attached."""
+        mlp_in = self.hook_mlp_in(x) if per_head else x
+        norm = getattr(self, self.MLP_NORM)
+        return self.hook_mlp_out(self.dropout(self.mlp(norm(mlp_in) if self.norm_first else mlp_in)))
+
+    def finish(self, x: Tensor, attended: Tensor, per_head: bool) -> Tensor:
+        """The stream after the last attention sub-layer's output `attended` and the MLP: Attn and MLP
+        both read x in a parallel block, x + Attn(LN1(x)) + MLP(LN2(x)); otherwise the attention's
+        residual (`hook_resid_mid`) and then the MLP's."""
+        if self.parallel_residual:
+            if self.mlp is None:
+                return self.hook_resid_post(x + attended)
+            return self.hook_resid_post(x + (attended + self.mlp_out(x, per_head)))
+        norm_name, _, _, resid = self.SUBLAYERS[-1]
+        x = getattr(self, resid)(self.residual(x, attended, getattr(self, norm_name)))
+        if self.mlp is not None:
+            x = self.residual(x, self.mlp_out(x, per_head), getattr(self, self.MLP_NORM))
+        return self.hook_resid_post(x)
+
+    def attention_input(self, x: Tensor, norm: nn.Module) -> Tensor:
+        """What an attention sub-layer reads of the stream: LN(x) pre-norm, x post-norm."""
+        return norm(x) if self.norm_first else x
 
 
 class EncoderBlock(Block):
@@ -204,13 +224,14 @@ class EncoderBlock(Block):
 
     SUBLAYERS = (("norm1", "attn", "hook_attn_out", "hook_resid_mid"),)
     MLP_NORM = "norm2"
+    ARCH = "encoder"
 
     def per_head_hook_points(self) -> list[tuple[str, str]]:
         """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
         names = [("hook_q_input", "hook_resid_pre"), ("hook_k_input", "hook_q_input")]
         names.append(("hook_v_input", "hook_k_input"))
         mlp_after = "hook_attn_out" if self.parallel_residual else "hook_resid_mid"
-        return names + ([("hook_mlp_in", mlp_after)] if hasattr(self, "mlp") else [])
+        return names + ([("hook_mlp_in", mlp_after)] if self.mlp is not None else [])
 
     def forward(
         self,
@@ -223,54 +244,17 @@ class EncoderBlock(Block):
         """x: [B, T, D] -> [B, T, D]. `mask == 0` hides a key from a query; `causal` hides later keys;
         `rotary`: the angles of x's positions (rotary positions)."""
         x = self.hook_resid_pre(x)
-        if self.per_head and kv_cache is None:
-            return self._forward_per_head(x, mask, causal, rotary)
-        if self.parallel_residual:
-            attended = self._attention(self.norm1(x), mask, causal, kv_cache, rotary)
-            if hasattr(self, "mlp"):
-                attended = attended + self.hook_mlp_out(self.dropout(self.mlp(self.norm2(x))))
-            x = x + attended
-        elif self.norm_first:
-            x = self.hook_resid_mid(x + self._attention(self.norm1(x), mask, causal, kv_cache, rotary))
-            if hasattr(self, "mlp"):
-                x = x + self.hook_mlp_out(self.dropout(self.mlp(self.norm2(x))))
-        else:
-            x = self.hook_resid_mid(self.norm1(x + self._attention(x, mask, causal, kv_cache, rotary)))
-            if hasattr(self, "mlp"):
-                x = self.norm2(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
-        return self.hook_resid_post(x)
-
-    def _attention(
-        self,
-        x: Tensor,
-        mask: Tensor | None,
-        causal: bool,
-        kv_cache: KVCache | None,
-        rotary: tuple[Tensor, Tensor] | None,
-    ) -> Tensor:
-        out = self.attn(x, mask, causal=causal, kv_cache=kv_cache, rotary=rotary)
-        return self.hook_attn_out(self.dropout(out))
-
-    def _forward_per_head(
-        self, x: Tensor, mask: Tensor | None, causal: bool, rotary: tuple[Tensor, Tensor] | None
-    ) -> Tensor:
-        """`forward` with the per-head hook points attached (analysis only: no KV cache)."""
-        if self.hook_q_input.is_hooked or self.hook_k_input.is_hooked or self.hook_v_input.is_hooked:
+        per_head = self.per_head and kv_cache is None
+        if per_head and (
+            self.hook_q_input.is_hooked or self.hook_k_input.is_hooked or self.hook_v_input.is_hooked
+        ):
             norm = self.norm1 if self.norm_first else nn.Identity()
-            q_in, k_in, v_in = split_inputs(x, x, self.attn, self, "")
-            q_in, k_in, v_in = (per_head_norm(norm, x) for x in (q_in, k_in, v_in))
+            q_in, k_in, v_in = (per_head_norm(norm, y) for y in split_inputs(x, x, self.attn, self, ""))
             out = self.attn.forward_per_head(q_in, k_in, v_in, mask, causal=causal, rotary=rotary)
-            attended = self.hook_attn_out(self.dropout(out))
         else:
-            attended = self._attention(self.norm1(x) if self.norm_first else x, mask, causal, None, rotary)
-        norm2 = self.norm2 if hasattr(self, "mlp") else None
-        if self.parallel_residual:  # the MLP reads the block's input, as the attention does
-            return self.hook_resid_post(mlp_sublayer(self, x, norm2, attended))
-        if self.norm_first:
-            x = self.hook_resid_mid(x + attended)
-        else:
-            x = self.hook_resid_mid(self.norm1(x + attended))
-        return self.hook_resid_post(mlp_sublayer(self, x, norm2))
+            inputs = self.attention_input(x, self.norm1)
+            out = self.attn(inputs, mask, causal=causal, kv_cache=kv_cache, rotary=rotary)
+        return self.finish(x, self.hook_attn_out(self.dropout(out)), per_head)
 
 
 class DecoderBlock(Block):
@@ -292,13 +276,14 @@ class DecoderBlock(Block):
         ("norm2", "cross_attn", "hook_cross_attn_out", "hook_resid_mid_cross"),
     )
     MLP_NORM = "norm3"
+    ARCH = "encoder_decoder"
 
     def per_head_hook_points(self) -> list[tuple[str, str]]:
         """The hook points `per_head_hooks` attaches: (name, the hook point it follows in forward order)."""
         names = [("hook_q_input", "hook_resid_pre"), ("hook_k_input", "hook_q_input")]
         names += [("hook_v_input", "hook_k_input"), ("hook_cross_q_input", "hook_resid_mid")]
         names += [("hook_cross_k_input", "hook_cross_q_input"), ("hook_cross_v_input", "hook_cross_k_input")]
-        return names + ([("hook_mlp_in", "hook_resid_mid_cross")] if hasattr(self, "mlp") else [])
+        return names + ([("hook_mlp_in", "hook_resid_mid_cross")] if self.mlp is not None else [])
 
     def forward(
         self,
@@ -315,65 +300,38 @@ class DecoderBlock(Block):
         `mask == 0` hides a target key from self-attention (padding; the causal mask is added here),
         `memory_mask == 0` a source position from cross-attention. `kv_cache` holds the self-attention's
         keys and values of earlier positions, `memory_kv_cache` the cross-attention's (computed once).
-        `rotary`: the angles of the target's positions (the self-attention's rotary positions)."""
+        `rotary`: the angles of the target's positions (the self-attention's rotary positions). The
+        encoder's output is read as it is (already normalised): with the per-head hook points attached,
+        only the copies of the decoder's stream pass the norm."""
         x = self.hook_resid_pre(x)
-        if self.per_head and kv_cache is None and memory_kv_cache is None:
-            return self._forward_per_head(x, memory, mask, memory_mask, rotary)
+        per_head = self.per_head and kv_cache is None and memory_kv_cache is None
 
-        def attend(y: Tensor) -> Tensor:
-            out = self.attn(y, mask, causal=True, kv_cache=kv_cache, rotary=rotary)
-            return self.hook_attn_out(self.dropout(out))
-
-        def cross(y: Tensor) -> Tensor:
-            out = self.cross_attn(y, memory_mask, kv_cache=memory_kv_cache, memory=memory)
-            return self.hook_cross_attn_out(self.dropout(out))
-
-        if self.norm_first:
-            x = self.hook_resid_mid(x + attend(self.norm1(x)))
-            x = self.hook_resid_mid_cross(x + cross(self.norm2(x)))
-            if hasattr(self, "mlp"):
-                x = x + self.hook_mlp_out(self.dropout(self.mlp(self.norm3(x))))
-        else:
-            x = self.hook_resid_mid(self.norm1(x + attend(x)))
-            x = self.hook_resid_mid_cross(self.norm2(x + cross(x)))
-            if hasattr(self, "mlp"):
-                x = self.norm3(x + self.hook_mlp_out(self.dropout(self.mlp(x))))
-        return self.hook_resid_post(x)
-
-    def _forward_per_head(
-        self,
-        x: Tensor,
-        memory: Tensor,
-        mask: Tensor | None,
-        memory_mask: Tensor | None,
-        rotary: tuple[Tensor, Tensor] | None,
-    ) -> Tensor:
-        """`forward` with the per-head hook points attached (analysis only: no KV caches). The encoder's
-        output is read as it is (already normalised), so only the queries' copies pass the norm."""
-        pre = self.norm_first
-
-        def sublayer(x: Tensor, attn: MultiheadAttention, norm: nn.Module, prefix: str, **kw) -> Tensor:
+        def split(attn: MultiheadAttention, norm: nn.Module, prefix: str, keys: Tensor) -> tuple | None:
+            """Per-head copies of the inputs of `attn` while one of them is hooked (else None)."""
             names = [f"hook_{prefix}{part}_input" for part in "qkv"]
-            if any(getattr(self, name).is_hooked for name in names):
-                keys = x if attn is self.attn else memory
-                q_in, k_in, v_in = split_inputs(x, keys, attn, self, prefix)
-                if pre:
-                    q_in = per_head_norm(norm, q_in)
-                    if attn is self.attn:
-                        k_in, v_in = per_head_norm(norm, k_in), per_head_norm(norm, v_in)
-                return attn.forward_per_head(q_in, k_in, v_in, **kw)
-            if attn is self.attn:
-                return attn(norm(x) if pre else x, kw["mask"], causal=True, rotary=rotary)
-            return attn(norm(x) if pre else x, kw["mask"], memory=memory)
+            if not (per_head and any(getattr(self, name).is_hooked for name in names)):
+                return None
+            q_in, k_in, v_in = split_inputs(x, keys, attn, self, prefix)
+            if self.norm_first:
+                q_in = per_head_norm(norm, q_in)
+                if attn is self.attn:
+                    k_in, v_in = per_head_norm(norm, k_in), per_head_norm(norm, v_in)
+            return q_in, k_in, v_in
 
-        attended = self.hook_attn_out(
-            self.dropout(sublayer(x, self.attn, self.norm1, "", mask=mask, causal=True, rotary=rotary))
-        )
-        x = self.hook_resid_mid(x + attended if pre else self.norm1(x + attended))
-        crossed = self.dropout(sublayer(x, self.cross_attn, self.norm2, "cross_", mask=memory_mask))
-        crossed = self.hook_cross_attn_out(crossed)
-        x = self.hook_resid_mid_cross(x + crossed if pre else self.norm2(x + crossed))
-        return self.hook_resid_post(mlp_sublayer(self, x, self.norm3 if hasattr(self, "mlp") else None))
+        copies = split(self.attn, self.norm1, "", x)
+        if copies is not None:
+            out = self.attn.forward_per_head(*copies, mask=mask, causal=True, rotary=rotary)
+        else:
+            inputs = self.attention_input(x, self.norm1)
+            out = self.attn(inputs, mask, causal=True, kv_cache=kv_cache, rotary=rotary)
+        x = self.hook_resid_mid(self.residual(x, self.hook_attn_out(self.dropout(out)), self.norm1))
+        copies = split(self.cross_attn, self.norm2, "cross_", memory)
+        if copies is not None:
+            out = self.cross_attn.forward_per_head(*copies, mask=memory_mask)
+        else:
+            inputs = self.attention_input(x, self.norm2)
+            out = self.cross_attn(inputs, memory_mask, kv_cache=memory_kv_cache, memory=memory)
+        return self.finish(x, self.hook_cross_attn_out(self.dropout(out)), per_head)
 
 
 def split_inputs(
@@ -398,23 +356,6 @@ def per_head_norm(norm: nn.Module, x: Tensor) -> Tensor:
     if same_copies(x):
         return norm(x[:, :, 0]).unsqueeze(2).expand_as(x)
     return norm(x)
-
-
-def mlp_sublayer(
-    block: nn.Module, x: Tensor, norm: nn.Module | None, attended: Tensor | None = None
-) -> Tensor:
-    """The MLP sub-layer of a block whose per-head hook points are attached, its input through
-    `hook_mlp_in` (which only the MLP reads): x + MLP(LN(in)) pre-norm, LN(x + MLP(in)) post-norm; in a
-    parallel block x + attended + MLP(LN(in)), `attended` the attention's output. `norm` None: a block
-    without an MLP (x, plus `attended`)."""
-    if norm is None:
-        return x if attended is None else x + attended
-    mlp_in = block.hook_mlp_in(x)
-    if attended is not None:
-        return x + (attended + block.hook_mlp_out(block.dropout(block.mlp(norm(mlp_in)))))
-    if block.norm_first:
-        return x + block.hook_mlp_out(block.dropout(block.mlp(norm(mlp_in))))
-    return norm(x + block.hook_mlp_out(block.dropout(block.mlp(mlp_in))))
 
 
 class TransformerEncoder(HookedModule):

@@ -7,6 +7,7 @@ config, where these values are usually set.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -34,6 +35,42 @@ BIASES = ("qkv_bias", "out_bias", "mlp_bias", "norm_bias", "unembed_bias")  # ea
 
 class UnknownSetting(ValueError):
     """A key that is not a setting of `ModelConfig` (a typo, or a file of another version)."""
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """One block's settings, resolved from a `ModelConfig` (`ModelConfig.block(layer)`): what `Block` and
+    its attention and MLP are built from. The names are the config's; `num_kv_heads` and
+    `dim_feedforward` resolved, each part's bias decided (`ModelConfig.has_bias`), `rotary` whether the
+    self-attention rotates queries and keys, `attention_window` this layer's window (None: none)."""
+
+    model_dim: int
+    num_heads: int
+    num_kv_heads: int
+    dim_feedforward: int
+    activation: str = "relu"
+    dropout: float = 0.0
+    norm_first: bool = False
+    norm: str = "layer"
+    norm_eps: float = 1e-5
+    mlp: bool = True
+    parallel_residual: bool = False
+    scale_attention: bool = True
+    rotary: bool = False
+    attention_window: int | None = None
+    qkv_bias: bool = True
+    out_bias: bool = True
+    mlp_bias: bool = True
+    norm_bias: bool = True
+
+    @staticmethod
+    def of_settings(arch: str, model_dim: int, num_heads: int, **settings: object) -> BlockSpec:
+        """A block's spec from the course tutorial's arguments and any other `ModelConfig` setting,
+        checked as a model's are (the first block of a one-layer model of `arch`)."""
+        config = ModelConfig(
+            arch=arch, vocab_size=1, max_len=1, model_dim=model_dim, num_heads=num_heads, **settings
+        )
+        return config.block(0)
 
 
 @dataclass
@@ -123,6 +160,10 @@ class ModelConfig:
         return from_plain(cls, values, unknown)
 
     def __post_init__(self) -> None:
+        if self.num_kv_heads is None:  # one key-value head per query head
+            self.num_kv_heads = self.num_heads
+        if self.dim_feedforward is None and is_int(self.mlp_ratio) and is_int(self.model_dim):
+            self.dim_feedforward = self.mlp_ratio * self.model_dim
         if self.vocab is not None:
             self.vocab = [str(token) for token in self.vocab]
             if self.vocab_size is None:
@@ -133,7 +174,9 @@ class ModelConfig:
 
     @property
     def feedforward_dim(self) -> int:
-        return self.dim_feedforward or self.mlp_ratio * self.model_dim
+        """Deprecated: `dim_feedforward` (resolved from mlp_ratio when it is not given)."""
+        warnings.warn("ModelConfig.feedforward_dim is deprecated; use dim_feedforward", DeprecationWarning, 2)
+        return self.dim_feedforward
 
     @property
     def head_dim(self) -> int:
@@ -141,8 +184,9 @@ class ModelConfig:
 
     @property
     def kv_heads(self) -> int:
-        """Key-value heads: num_kv_heads, or one per query head."""
-        return self.num_kv_heads or self.num_heads
+        """Deprecated: `num_kv_heads` (resolved to num_heads when it is not given)."""
+        warnings.warn("ModelConfig.kv_heads is deprecated; use num_kv_heads", DeprecationWarning, 2)
+        return self.num_kv_heads
 
     @property
     def rotary_dim(self) -> int:
@@ -157,6 +201,29 @@ class ModelConfig:
         if part == "norm" and self.norm == "rms":
             return False  # RMSNorm has no bias
         return self.bias if own is None else own
+
+    def block(self, layer: int) -> BlockSpec:
+        """The settings of block `layer`, resolved: biases per part decided, its attention window."""
+        return BlockSpec(
+            model_dim=self.model_dim,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            dim_feedforward=self.dim_feedforward,
+            activation=self.activation,
+            dropout=self.dropout,
+            norm_first=self.norm_first,
+            norm=self.norm,
+            norm_eps=self.norm_eps,
+            mlp=self.mlp,
+            parallel_residual=self.parallel_residual,
+            scale_attention=self.scale_attention,
+            rotary=self.positional_encoding == "rotary",
+            attention_window=self.windowed(layer),
+            qkv_bias=self.has_bias("qkv"),
+            out_bias=self.has_bias("out"),
+            mlp_bias=self.has_bias("mlp"),
+            norm_bias=self.has_bias("norm"),
+        )
 
     def windowed(self, layer: int) -> int | None:
         """The attention window of self-attention layer `layer` (None: it sees every key)."""

@@ -337,30 +337,7 @@ class TransformerStack(TokenModel):
         )
         self.hook_pos_embed = HookPoint()
         block = DecoderBlock if cross_attention else EncoderBlock
-        self.blocks = nn.ModuleList(
-            block(
-                input_dim=dim,
-                num_heads=config.num_heads,
-                dim_feedforward=config.feedforward_dim,
-                dropout=config.dropout,
-                norm_first=config.norm_first,
-                activation=config.activation,
-                bias=config.bias,
-                scale_attention=config.scale_attention,
-                mlp=config.mlp,
-                norm=config.norm,
-                norm_eps=config.norm_eps,
-                num_kv_heads=config.num_kv_heads,
-                rotary=config.positional_encoding == "rotary",
-                window=config.windowed(i),
-                parallel_residual=config.parallel_residual,
-                qkv_bias=config.qkv_bias,
-                out_bias=config.out_bias,
-                mlp_bias=config.mlp_bias,
-                norm_bias=config.has_bias("norm"),
-            )
-            for i in range(config.num_layers)
-        )
+        self.blocks = nn.ModuleList(block(config.block(i)) for i in range(config.num_layers))
         self.ln_final = FinalNorm(
             dim, config.norm_first, config.has_bias("norm"), config.norm, config.norm_eps
         )

@@ -122,7 +122,7 @@ def require_step_memory(model: L.LightningModule, task: object) -> None:
     config = model.net.config
     layers = sum(len(stack.blocks) for stack in model.net.stacks().values())
     state = 16 * sum(p.numel() for p in model.parameters())
-    per_token = layers * (16 * config.model_dim + 2 * config.feedforward_dim) + 3 * config.output_classes
+    per_token = layers * (16 * config.model_dim + 2 * config.dim_feedforward) + 3 * config.output_classes
     attention = layers * config.num_heads * tokens * tokens * 2
     activations = 4 * batch * (tokens * per_token + attention)
     require_memory(

@@ -236,7 +236,7 @@ def graph(model: TokenModel, level: str | None = None) -> Graph:
                         kind == "cross",
                     )
                 mine.extend(heads)
-            if hasattr(block, "mlp"):
+            if block.mlp is not None:
                 row += 1
                 mlp = add(Node(f"{name}.mlp", _label(prefix, "mlp", i), prefix, row, f"{name}.hook_mlp_out"))
                 if edges:

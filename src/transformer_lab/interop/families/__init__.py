@@ -131,7 +131,7 @@ COMMON_LACKS = {  # what several families' blocks have no place for: name -> (ha
     ),
     "rms": lambda c: (c.norm == "rms", "RMSNorm"),
     "gated": lambda c: (c.activation in GATED, f"gated MLP ({c.activation})"),
-    "grouped": lambda c: (c.kv_heads < c.num_heads, "grouped-query attention"),
+    "grouped": lambda c: (c.num_kv_heads < c.num_heads, "grouped-query attention"),
     "parallel": lambda c: (c.parallel_residual, "parallel attention and MLP"),
     "window": lambda c: (c.attention_window is not None, "local attention windows"),
     "attention_only": lambda c: (not c.mlp, "attention-only blocks"),

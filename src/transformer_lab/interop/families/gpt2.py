@@ -118,7 +118,7 @@ def hf_config(config: ModelConfig) -> dict:
         "n_embd": config.model_dim,
         "n_layer": config.num_layers,
         "n_head": config.num_heads,
-        "n_inner": config.feedforward_dim if config.mlp else 1,
+        "n_inner": config.dim_feedforward if config.mlp else 1,
         "activation_function": config.activation,
         "resid_pdrop": 0.0,
         "embd_pdrop": 0.0,
@@ -184,7 +184,7 @@ def state_dict(model: DecoderLM) -> dict[str, Tensor]:
     from transformer_lab.interop.transformer_lens import positions_table
 
     config = model.config
-    dim, width = config.model_dim, config.feedforward_dim
+    dim, width = config.model_dim, config.dim_feedforward
     out = {
         "transformer.wte.weight": model.embed.weight.detach(),
         "transformer.wpe.weight": positions_table(model),
@@ -199,7 +199,7 @@ def state_dict(model: DecoderLM) -> dict[str, Tensor]:
         out[p + "attn.c_proj.weight"], out[p + "attn.c_proj.bias"] = _linear(
             attn.o_proj.weight, attn.o_proj.bias, dim
         )
-        if hasattr(block, "mlp"):
+        if block.mlp is not None:
             out[p + "ln_2.weight"], out[p + "ln_2.bias"] = _norm(block.norm2, dim)
             mlp = block.mlp
             out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = _linear(

@@ -146,7 +146,7 @@ def hf_config(config: ModelConfig) -> dict:
         "hidden_size": config.model_dim,
         "num_layers": config.num_layers,
         "num_heads": config.num_heads,
-        "intermediate_size": config.feedforward_dim,
+        "intermediate_size": config.dim_feedforward,
         "max_position_embeddings": config.max_len,
         "attention_types": [[[kind], 1] for kind in kinds],
         "window_size": config.attention_window,

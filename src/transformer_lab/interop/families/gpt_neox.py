@@ -106,7 +106,7 @@ def hf_config(config: ModelConfig) -> dict:
         "hidden_size": config.model_dim,
         "num_hidden_layers": config.num_layers,
         "num_attention_heads": config.num_heads,
-        "intermediate_size": config.feedforward_dim,
+        "intermediate_size": config.dim_feedforward,
         "hidden_act": config.activation,
         "max_position_embeddings": config.max_len,
         "rope_parameters": {

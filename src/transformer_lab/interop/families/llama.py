@@ -192,9 +192,9 @@ def hf_config(config: ModelConfig) -> dict:
         "hidden_size": config.model_dim,
         "num_hidden_layers": config.num_layers,
         "num_attention_heads": config.num_heads,
-        "num_key_value_heads": config.kv_heads,
+        "num_key_value_heads": config.num_kv_heads,
         "head_dim": config.head_dim,
-        "intermediate_size": config.feedforward_dim,
+        "intermediate_size": config.dim_feedforward,
         "hidden_act": {"swiglu": "silu", "geglu": "gelu"}[config.activation],
         "max_position_embeddings": config.max_len,
         "rope_parameters": {"rope_type": "default", "rope_theta": config.rotary_base},
@@ -237,7 +237,7 @@ def hf_config(config: ModelConfig) -> dict:
 
 def weights(config: ModelConfig) -> list[Weight]:
     """Every tensor of the model and its place in this project's state_dict."""
-    q, kv = config.model_dim, config.kv_heads * config.head_dim
+    q, kv = config.model_dim, config.num_kv_heads * config.head_dim
     ranges = {"q_proj": (0, q), "k_proj": (q, q + kv), "v_proj": (q + kv, q + 2 * kv)}
     out = [Weight("model.embed_tokens.weight", "embed.weight")]
     for i in range(config.num_layers):
