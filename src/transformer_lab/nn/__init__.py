@@ -3,6 +3,7 @@
 attention.py   scaled dot-product and multi-head attention, masks, the KV cache
 positional.py  sinusoidal, learned or no positional encoding
 blocks.py      the MLP, the encoder block, a stack of blocks (the course tutorial's layers)
+activations.py the MLPs' activations by name (plain and gated)
 hooks.py       hook points: named places to read or replace activations; evaluating(model)
 config.py      ModelConfig: every architecture setting, checked once
 models.py      EncoderClassifier, DecoderLM, EncoderDecoder: token ids in, logits out; what they share

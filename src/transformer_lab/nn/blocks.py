@@ -7,24 +7,12 @@ adds cross-attention over the encoder's output between the two.
 """
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_lab.nn.activations import GATES, PLAIN
 from transformer_lab.nn.attention import KVCache, MultiheadAttention, same_copies
 from transformer_lab.nn.config import BlockSpec
 from transformer_lab.nn.hooks import HookedModule, HookPoint
-
-
-class GELUNew(nn.GELU):
-    """GPT-2's `gelu_new`: GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
-    (Hendrycks & Gimpel, 2016), which GPT-2 was trained with; `gelu` is the exact x Phi(x)."""
-
-    def __init__(self) -> None:
-        super().__init__(approximate="tanh")
-
-
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_new": GELUNew}
-GATES = {"swiglu": F.silu, "geglu": F.gelu}  # the gated MLPs' activation of the gate: SiLU (Llama), GELU
 
 
 class RMSNorm(nn.Module):
@@ -70,10 +58,10 @@ class MLP(nn.Module):
         self, model_dim: int, dim_feedforward: int, activation: str, dropout: float, bias: bool = True
     ):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"model.activation={activation!r} is unknown; use one of {sorted(ACTIVATIONS)}")
+        if activation not in PLAIN:
+            raise ValueError(f"model.activation={activation!r} is unknown; use one of {sorted(PLAIN)}")
         self.fc_in = nn.Linear(model_dim, dim_feedforward, bias=bias)
-        self.act = ACTIVATIONS[activation]()
+        self.act = PLAIN[activation]()
         self.hook_post = HookPoint()
         self.dropout = make_dropout(dropout)
         self.fc_out = nn.Linear(dim_feedforward, model_dim, bias=bias)

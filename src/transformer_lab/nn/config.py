@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from transformer_lab.nn import activations
+
 ARCHITECTURES = ("encoder", "decoder", "encoder_decoder")
 # Upper bounds on every size, far above what these models train on a laptop or a GPU, so that a config or
 # a checkpoint made by someone else cannot make a model allocate absurd memory before any other check.
@@ -26,9 +28,8 @@ LIMITS = {
     "max_len": 1 << 20,
 }
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "none", "rotary")
-# gelu_new: GPT-2's tanh approximation (blocks.GELUNew); swiglu, geglu: the gated MLPs (blocks.GatedMLP)
-ACTIVATIONS = ("relu", "gelu", "gelu_new", "swiglu", "geglu")
-GATED = ("swiglu", "geglu")
+ACTIVATIONS = activations.NAMES  # gelu_new: GPT-2's tanh GELU; swiglu, geglu: gated MLPs (blocks.GatedMLP)
+GATED = tuple(activations.GATES)
 NORMS = ("layer", "rms")
 BIASES = ("qkv_bias", "out_bias", "mlp_bias", "norm_bias", "unembed_bias")  # each: null = as `bias`
 
