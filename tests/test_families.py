@@ -189,13 +189,13 @@ def test_its_live_page_runs_it_as_pytorch_does(folders, name, tmp_path, capsys, 
 # --------------------------------------------------------------------------------- hostile folders
 HOSTILE = [  # (family, config.json changes, the one line)
     ("smollm", {"num_key_value_heads": 3},
-     "config.json: num_key_value_heads=3 does not divide num_attention_heads=4"),
+     "config.json: not a model this project can build: num_key_value_heads=3 must divide num_attention_heads=4"),  # noqa: E501
     ("pythia",
      {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.5}},
      "partial_rotary_factor=1.5 must be in (0, 1]"),
     ("pythia", {"rope_parameters": None, "rotary_pct": 1.5}, "rotary_pct=1.5 must be in (0, 1]"),
     ("pythia", {"hidden_size": 40, "rope_parameters": {"partial_rotary_factor": 0.3}},
-     "heads of 10 dimensions with partial_rotary_factor=0.3 rotate 3 of them"),
+     "partial_rotary_factor=0.3 of a head of 10 dimensions rotates 3"),
     ("smollm", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0}},
      "config.json: rope scaling of type 'yarn': this project's rotary positions have only the default"),
     ("smollm", {"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope scaling of type 'linear'"),
@@ -203,7 +203,8 @@ HOSTILE = [  # (family, config.json changes, the one line)
     ("smollm", {"sliding_window": 16}, "sliding_window=16: a sliding attention window (Llama has none)"),
     ("smollm", {"head_dim": 16}, "head_dim=16 is not hidden_size / num_attention_heads = 8"),
     ("smollm", {"hidden_act": "relu"}, "hidden_act='relu' is not one this project's models have"),
-    ("smollm", {"hidden_size": 36, "head_dim": None}, "heads of 9 dimensions: rotary positions turn pairs"),
+    ("smollm", {"hidden_size": 36, "head_dim": None},
+     "partial_rotary_factor=1.0 of a head of 9 dimensions rotates 9"),
     ("tinystories", {"attention_layers": ["global", "sparse"]},
      "attention kind 'sparse' is not global or local"),
     ("pythia", {"hidden_size": 2**20}, "hidden_size=1048576 is more than this package's limit of 32768"),
@@ -405,3 +406,46 @@ def test_init_from_a_ready_made_model_or_a_run(tmp_path):
     assert first["val/loss"] < 2.0  # the shipped model's loss (an untrained one's is about 4.2)
     cfg = compose_train_config(tmp_path / "b", f"init_from={tmp_path / 'a'}", *same, base=[])
     assert train(cfg)["val/loss"] == pytest.approx(first["val/loss"], abs=1e-3)
+
+
+@pytest.fixture
+def stablelm():
+    """The family of tests/extensions/stablelm.py, registered for the test and removed after it."""
+    import importlib
+
+    from transformer_lab.interop import families
+
+    module = importlib.reload(importlib.import_module("tests.extensions.stablelm"))
+    yield module
+    families.FAMILIES.pop("stablelm", None)
+
+
+def test_a_family_registered_outside_the_package_opens_and_exports(stablelm, transformers, tmp_path):
+    """One module and its registration: hf: opens a StableLM folder with transformers' logits (to 1e-4),
+    its structure checked by ModelConfig in config.json's words, and to=huggingface writes it back as a
+    StableLM that transformers opens with the same logits."""
+    FAMILIES["stablelm"] = ("StableLmConfig", dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=48, use_qkv_bias=True))  # fmt: skip
+    try:
+        reference = family_folder(transformers, tmp_path / "in", "stablelm", bpe())
+    finally:
+        FAMILIES.pop("stablelm")
+    checkpoint = load(f"hf:{tmp_path / 'in'}")
+    assert checkpoint.model.config.rotary_fraction == 0.25 and checkpoint.model.config.norm == "layer"
+    ids = checkpoint.encode(TEXT)[None, :40]
+    with torch.no_grad():
+        assert float((checkpoint.model(ids) - reference(ids).logits).abs().max()) < TOLERANCE
+    load_script("export").main(
+        [f"ckpt_path=hf:{tmp_path / 'in'}", "to=huggingface", f"out={tmp_path / 'out'}"]
+    )
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert type(back).__name__ == "StableLmForCausalLM"
+    with torch.no_grad():
+        assert float((back(ids).logits - reference(ids).logits).abs().max()) < TOLERANCE
+    config = json.loads((tmp_path / "in" / "config.json").read_text())
+    (tmp_path / "in" / "config.json").write_text(json.dumps(config | {"num_key_value_heads": 3}))
+    with pytest.raises(
+        hf_import.ConfigError, match=r"num_key_value_heads=3 must divide num_attention_heads=4"
+    ):
+        load(f"hf:{tmp_path / 'in'}")

@@ -14,7 +14,7 @@ from tests.conftest import COMMON, compose_train_config
 from tests.test_circuits import _pairs
 from tests.text_corpus import write_corpus
 from transformer_lab.analysis import circuits, lens
-from transformer_lab.interop import families, huggingface, onnx, transformer_lens
+from transformer_lab.interop import families, hf_export, onnx, transformer_lens
 from transformer_lab.nn import ModelConfig, build_model, evaluating
 from transformer_lab.train import train
 
@@ -68,7 +68,7 @@ FAMILY_MODELS = {
 
 def as_transformers(family, model) -> torch.nn.Module:
     """The transformers model of the family with this model's weights (what to=huggingface saves)."""
-    return huggingface.transformers_model(model.config, families.export_state(family, model))
+    return hf_export.transformers_model(model.config, families.export_state(family, model))
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ def test_a_family_that_cannot_hold_a_model_says_what_each_lacks():
     message = str(refused.value)
     assert message.startswith("to=huggingface: no transformers family holds this model (GPT-2 has no RMSNorm")
     assert "Llama has no learned positions" not in message and "GPT-NeoX has no learned positions" in message
-    assert families.family_for(decoder(**FAMILY_MODELS["llama_gqa"][1]).config).NAME == "llama"
+    assert families.family_for(decoder(**FAMILY_MODELS["llama_gqa"][1]).config).name == "llama"
 
 
 # ---------------------------------------------------------------------------- training

@@ -15,7 +15,7 @@ format (anything else is refused, or replaced whole with `overwrite=true`). The 
 libraries are the optional `[interop]` extra (`pip install "transformer-lab[interop]"`). What each file
 holds, weight by weight: docs/interop.md and `transformer_lab.interop`. The other direction is
 `ckpt_path=hf:<folder>` in any tool (`transformer_lab.load("hf:<folder>")`). `to=sae_lens` writes an SAE
-run (`sae=`) as the folder SAELens saves (`interop.sae_lens`); `sae=saelens:<folder>` reads one back.
+run (`sae=`) as the folder SAELens saves (`interop.sae_lens_export`); `sae=saelens:<folder>` reads one back.
 """
 
 from __future__ import annotations
@@ -95,12 +95,12 @@ def export(checkpoint: Checkpoint, to: str, out: Path, prompt: str | None = None
     model = checkpoint.model.cpu()
     tokenizer_json = (checkpoint.contents.get("task") or {}).get("tokenizer")  # a BPE's, or None
     if to == "huggingface":
-        from transformer_lab.interop import huggingface
+        from transformer_lab.interop import hf_export
 
-        huggingface.check(model.config)
+        hf_export.check(model.config)
         separator = checkpoint.tokenizer.separator
         text = prompt if prompt is not None else example_prompt(checkpoint)
-        return huggingface.export(model, out, separator, text, tokenizer_json)  # its tokenizer.json inside
+        return hf_export.export(model, out, separator, text, tokenizer_json)  # its tokenizer.json inside
     if to == "transformer_lens":
         from transformer_lab.interop import transformer_lens
 
@@ -126,14 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     overwrite = args.get("overwrite") == "true"
     require_replaceable(out, "out", WRITES[args["to"]], overwrite)  # before the model is read
     if args["to"] == "sae_lens":
-        from transformer_lab.interop import sae_lens
+        from transformer_lab.interop import sae_lens_export
         from transformer_lab.sae_checkpoint import load_sae
 
         starting(f"Loading {args['sae']} to export it to sae_lens")
         run = load_sae(args["sae"], source=args.get("ckpt_path"))
         model = (run.record or {}).get("location") or (run.record or {}).get("model_name") or "none"
         with replacing_folder(out, "out", WRITES["sae_lens"], overwrite) as folder:
-            lines = sae_lens.export(run.sae, folder, model, args["sae"])
+            lines = sae_lens_export.export(run.sae, folder, model, args["sae"])
         for line in lines:
             print(line.replace(str(folder), str(out)))  # the folder by the name it has now
         return

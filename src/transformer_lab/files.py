@@ -15,10 +15,12 @@ aliases expand to 10^9 nodes).
 import contextlib
 import glob
 import json
+import math
 import os
 import re
 import shutil
 import stat
+import struct
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
@@ -315,3 +317,84 @@ def unpickling_refusal(path: Path, exc: Exception) -> ConfigError:
         f"refusing to load {path}: it holds {what}, which unpickling would run (a checkpoint holds only "
         "tensors and plain values, and unpickling anything else could run code)"
     )
+
+
+# ------------------------------------------------------------------------------ safetensors files
+MAX_HEADER = 100 * 2**20  # safetensors' own limit on a header
+DTYPE_BYTES = {  # every dtype of the safetensors format, by its size in bytes
+    **{"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1},
+    **{"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1},
+}
+
+
+def safetensors_header(path: Path, location: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """A safetensors file's header, read and checked by hand before the library maps the file: name ->
+    (dtype, shape), every tensor's bytes inside the file, one after the other (one-line ConfigErrors
+    naming `location` otherwise). Every reader of safetensors files from elsewhere starts here."""
+    require(path.exists(), f"{location}: the weights file {path.name} is missing")
+    require_regular_file(path, "file", 1 << 50)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        prefix = f.read(8)
+        require(len(prefix) == 8, f"{location}: {path.name} is not a safetensors file (too short)")
+        (length,) = struct.unpack("<Q", prefix)
+        require(
+            length <= min(MAX_HEADER, size - 8),
+            f"{location}: {path.name} is not a safetensors file this reads: its header claims "
+            f"{size_text(length)} (the file has {size_text(size)})",
+        )
+        try:
+            header = json.loads(f.read(length))
+        except ValueError as exc:
+            raise ConfigError(f"{location}: {path.name} has a header that is not JSON ({exc})") from None
+    require(isinstance(header, dict), f"{location}: {path.name}'s header is not a JSON object")
+    out = {}
+    spans = []
+    data = size - 8 - length  # the bytes after the header: every tensor's, one after the other
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        ok = (
+            isinstance(entry, dict)
+            and isinstance(entry.get("dtype"), str)
+            and isinstance(entry.get("shape"), list)
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in entry["shape"])
+            and isinstance(entry.get("data_offsets"), list)
+            and len(entry["data_offsets"]) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in entry["data_offsets"])
+        )
+        require(
+            ok,
+            f"{location}: {path.name}'s header entry {key!r:.80} is not a tensor's (dtype, shape, offsets)",
+        )
+        dtype, shape, (start, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        require(
+            dtype in DTYPE_BYTES,
+            f"{location}: {path.name}'s tensor {key!r:.80} has the dtype {dtype!r:.20}, which is not a "
+            "safetensors dtype",
+        )
+        require(
+            0 <= start <= end <= data,
+            f"{location}: {path.name}'s tensor {key!r:.80} lies outside the file (truncated?)",
+        )
+        require(
+            end - start == math.prod(shape) * DTYPE_BYTES[dtype],
+            f"{location}: {path.name}'s tensor {key!r:.80} spans {end - start} bytes, but its shape "
+            f"{list(shape)} of {dtype} takes {math.prod(shape) * DTYPE_BYTES[dtype]}; the file is damaged",
+        )
+        spans.append((start, end, key))
+        out[key] = (dtype, shape)
+    position = 0
+    for start, end, key in sorted(spans):
+        require(
+            start == position,
+            f"{location}: {path.name}'s tensor {key!r:.80} "
+            + ("shares bytes with another tensor" if start < position else "leaves a gap before it")
+            + "; each tensor's bytes follow the last one's in a safetensors file: the file is damaged",
+        )
+        position = end
+    require(
+        position == data,
+        f"{location}: {path.name} has {data - position} bytes after its last tensor; the file is damaged",
+    )
+    return out

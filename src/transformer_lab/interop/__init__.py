@@ -3,14 +3,15 @@
     python -m transformer_lab.export ckpt_path=pretrained:shakespeare to=huggingface out=shakespeare-hf
     transformer_lab.load("hf:shakespeare-hf")       # or any GPT2LMHeadModel saved with save_pretrained
 
-One module per direction and format (docs/interop.md):
+One module per direction and format (docs/interop.md), imports and exports named as pairs:
     transformer_lens.py   to=transformer_lens: TransformerLens's config and its HookedTransformer weights
-    huggingface.py        to=huggingface: a GPT-2 folder (GPT2LMHeadModel + a tokenizer) for `transformers`
+    hf_export.py          to=huggingface: a folder of the family that holds the model, for `transformers`
+    hf_import.py          hf:<folder>: a model saved by `transformers` (config.json, safetensors,
+                          tokenizer) as a DecoderLM
+    families/             the transformers families, one `Family` each (GPT-2, GPT-NeoX, Llama, GPT-Neo):
+                          their config and weights, both ways
     onnx.py               to=onnx: any of the three models as an ONNX graph (dynamic batch and sequence)
-    hf_import.py          hf:<folder>: a saved GPT-2 (config.json, safetensors, tokenizer) as a DecoderLM
-    families/             the transformers families, one module each (GPT-NeoX, Llama, GPT-Neo): their
-                          config and weights, both ways
-    sae_lens.py           to=sae_lens: an SAE run as the folder SAELens saves (cfg.json, safetensors)
+    sae_lens_export.py    to=sae_lens: an SAE run as the folder SAELens saves (cfg.json, safetensors)
     sae_lens_import.py    sae=saelens:<folder>: an SAE saved by SAELens as this project's SAE
 
 The libraries are optional (`pip install "transformer-lab[interop]"`): each is imported when a format

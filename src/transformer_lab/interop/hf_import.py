@@ -29,8 +29,7 @@ The folder is read as a file from someone else, by the rules of `transformer_lab
 from __future__ import annotations
 
 import json
-import math
-import struct
+import re
 from pathlib import Path
 
 import torch
@@ -40,22 +39,23 @@ from transformer_lab import snapshots
 from transformer_lab.data.text import SHAKESPEARE_SHA256
 from transformer_lab.data.tokenizer import MAX_TOKENIZER_JSON, BPETokenizer
 from transformer_lab.errors import ConfigError, require
-from transformer_lab.files import reading, require_regular_file, require_small_unpacked, unpickling_refusal
+from transformer_lab.files import (
+    reading,
+    require_regular_file,
+    require_small_unpacked,
+    safetensors_header,
+    unpickling_refusal,
+)
 from transformer_lab.interop import families, require_package
-from transformer_lab.limits import require_memory, size_text
+from transformer_lab.limits import require_memory
 from transformer_lab.nn import ModelConfig, build_model
 
 PREFIX = "hf:"
 MAX_JSON = 16 * 2**20  # a config.json or an index is kilobytes
 MAX_TOKENIZER = MAX_TOKENIZER_JSON  # GPT-2's tokenizer.json is 1.4 MB (the text task's bound: 32 MB)
-MAX_HEADER = 100 * 2**20  # safetensors' own limit on a header
 TASK = "transformer_lab.data.text.TextDataModule"
 BLOCK_SIZE = 64  # tokens per example window (at most the model's positions)
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
-DTYPE_BYTES = {  # every dtype of the safetensors format, by its size in bytes
-    **{"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1},
-    **{"I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1},
-}
 
 
 def read(location: str) -> dict:
@@ -72,7 +72,7 @@ def read(location: str) -> dict:
     hf = read_json(folder / "config.json", location)
     where = f"{location}/config.json"
     family = families.family_of(hf, where)
-    config = _model_config(family.model_config(hf, where), where)
+    config = _model_config(family.model_config(hf, where), where, family)
     tokenizer = read_tokenizer(folder, location)
     vocab = BPETokenizer(tokenizer, f"{location}'s tokenizer").vocab
     require(
@@ -166,7 +166,7 @@ def _skeleton(config: ModelConfig) -> torch.nn.Module:
 def read_weights(
     folder: Path,
     location: str,
-    family: object,
+    family: families.Family,
     expected: dict[str, tuple[int, ...]],
     skeleton: torch.nn.Module,
 ) -> dict[str, Tensor]:
@@ -188,7 +188,7 @@ def read_weights(
         )
     found: dict[str, tuple[str, str, tuple[int, ...]]] = {}  # name -> (file, dtype, shape)
     for name in files:
-        for key, (dtype, shape) in _header(folder / name, location).items():
+        for key, (dtype, shape) in safetensors_header(folder / name, location).items():
             found[key] = (name, dtype, shape)
     names = _check_names(found, location, family, expected, lambda k: found[k][2], lambda k: found[k][1])
     safetensors = require_package("safetensors", f"{location}")
@@ -218,89 +218,17 @@ def _shards(folder: Path, location: str) -> dict[str, None]:
     return dict.fromkeys(files)
 
 
-def _header(path: Path, location: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """A safetensors file's header, read and checked by hand before the library maps the file: name ->
-    (dtype, shape), every tensor's bytes inside the file."""
-    require(path.exists(), f"{location}: the weights file {path.name} is missing")
-    require_regular_file(path, "file", 1 << 50)
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        prefix = f.read(8)
-        require(len(prefix) == 8, f"{location}: {path.name} is not a safetensors file (too short)")
-        (length,) = struct.unpack("<Q", prefix)
-        require(
-            length <= min(MAX_HEADER, size - 8),
-            f"{location}: {path.name} is not a safetensors file this reads: its header claims "
-            f"{size_text(length)} (the file has {size_text(size)})",
-        )
-        try:
-            header = json.loads(f.read(length))
-        except ValueError as exc:
-            raise ConfigError(f"{location}: {path.name} has a header that is not JSON ({exc})") from None
-    require(isinstance(header, dict), f"{location}: {path.name}'s header is not a JSON object")
-    out = {}
-    spans = []
-    data = size - 8 - length  # the bytes after the header: every tensor's, one after the other
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        ok = (
-            isinstance(entry, dict)
-            and isinstance(entry.get("dtype"), str)
-            and isinstance(entry.get("shape"), list)
-            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in entry["shape"])
-            and isinstance(entry.get("data_offsets"), list)
-            and len(entry["data_offsets"]) == 2
-            and all(isinstance(n, int) and not isinstance(n, bool) for n in entry["data_offsets"])
-        )
-        require(
-            ok,
-            f"{location}: {path.name}'s header entry {key!r:.80} is not a tensor's (dtype, shape, offsets)",
-        )
-        dtype, shape, (start, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-        require(
-            dtype in DTYPE_BYTES,
-            f"{location}: {path.name}'s tensor {key!r:.80} has the dtype {dtype!r:.20}, which is not a "
-            "safetensors dtype",
-        )
-        require(
-            0 <= start <= end <= data,
-            f"{location}: {path.name}'s tensor {key!r:.80} lies outside the file (truncated?)",
-        )
-        require(
-            end - start == math.prod(shape) * DTYPE_BYTES[dtype],
-            f"{location}: {path.name}'s tensor {key!r:.80} spans {end - start} bytes, but its shape "
-            f"{list(shape)} of {dtype} takes {math.prod(shape) * DTYPE_BYTES[dtype]}; the file is damaged",
-        )
-        spans.append((start, end, key))
-        out[key] = (dtype, shape)
-    position = 0
-    for start, end, key in sorted(spans):
-        require(
-            start == position,
-            f"{location}: {path.name}'s tensor {key!r:.80} "
-            + ("shares bytes with another tensor" if start < position else "leaves a gap before it")
-            + "; each tensor's bytes follow the last one's in a safetensors file: the file is damaged",
-        )
-        position = end
-    require(
-        position == data,
-        f"{location}: {path.name} has {data - position} bytes after its last tensor; the file is damaged",
-    )
-    return out
-
-
-def _canonical(key: str, family: object, expected: dict) -> str:
+def _canonical(key: str, family: families.Family, expected: dict) -> str:
     """A tensor's name as the family's mapping names it: an old name by its new one (`ALIASES`), a
     headless base model's without the prefix of the whole model's (`PREFIX`)."""
-    key = family.ALIASES.get(key, key)
-    if key not in expected and family.PREFIX + key in expected:
-        key = family.PREFIX + key
-    return family.ALIASES.get(key, key)
+    key = family.aliases.get(key, key)
+    if key not in expected and family.prefix + key in expected:
+        key = family.prefix + key
+    return family.aliases.get(key, key)
 
 
 def _check_names(
-    found: object, location: str, family: object, expected: dict, shape_of: object, dtype_of: object
+    found: object, location: str, family: families.Family, expected: dict, shape_of: object, dtype_of: object
 ) -> dict[str, str]:
     """Every tensor the config's model needs is in the file with its shape and a float dtype; nothing
     else is (but the buffers of old files, and a tied output layer's copy of the embedding). The file's
@@ -309,14 +237,14 @@ def _check_names(
     for name in expected:
         require(
             name in names,
-            f"{location} has no weight {name}, which its config's {family.TITLE} has; it is not a complete "
+            f"{location} has no weight {name}, which its config's {family.title} has; it is not a complete "
             "model",
         )
     for name, key in names.items():
         if name not in expected:
             require(
-                key.endswith(family.IGNORED) or name == "lm_head.weight",  # tied: transformers ignores it too
-                f"{location} has a weight {key} that its config's {family.TITLE} does not have; it is not "
+                key.endswith(family.ignored) or name == "lm_head.weight",  # tied: transformers ignores it too
+                f"{location} has a weight {key} that its config's {family.title} does not have; it is not "
                 "the model config.json describes",
             )
             continue
@@ -338,7 +266,7 @@ def _require_room(skeleton: torch.nn.Module, location: str) -> None:
     require_memory(8 * elements, f"the model of {location}", "it is too large for this machine")
 
 
-def _read_bin(path: Path, location: str, family: object, expected: dict) -> dict[str, Tensor]:
+def _read_bin(path: Path, location: str, family: families.Family, expected: dict) -> dict[str, Tensor]:
     """pytorch_model.bin with `torch.load(weights_only=True)`, after the zip's own checks (a pickle that
     names code is refused in one line, and nothing of it runs)."""
     require_regular_file(path, "file", 1 << 50)
@@ -407,11 +335,13 @@ def read_tokenizer(folder: Path, location: str) -> str:
 __all__ = ["PREFIX", "read"]
 
 
-def _model_config(net: dict, where: str) -> ModelConfig:
-    """The project's model config of a family's settings, every value in bounds (a one-line refusal)."""
+def _model_config(net: dict, where: str, family: families.Family) -> ModelConfig:
+    """The project's model config of a family's settings, every value in bounds and the structure whole
+    (`ModelConfig.check`): a one-line refusal naming config.json's keys otherwise."""
     try:
         return ModelConfig.from_dict(net)
     except ValueError as exc:
-        raise ConfigError(
-            f"{where}: its config.json gives a model this project cannot build: {exc}"
-        ) from None
+        text = str(exc)
+        for name, key in family.config_keys.items():
+            text = re.sub(rf"\bmodel\.{name}\b", key, text)
+        raise ConfigError(f"{where}: not a model this project can build: {text}") from None

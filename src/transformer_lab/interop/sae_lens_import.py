@@ -9,7 +9,7 @@ without the network: cfg.json a regular file of at most `MAX_JSON`, parsed as JS
 integers within `nn.sae`'s limits, its architecture one this project has (`standard`, `topk`,
 `jumprelu`) and its settings ones it can express, each refused by name otherwise; sae_weights.safetensors'
 header read and checked (every name, dtype and shape against the config) before a tensor is read, the
-memory needed compared with what is free. The conversion, the inverse of `interop.sae_lens`:
+memory needed compared with what is free. The conversion, the inverse of `interop.sae_lens_export`:
 
     standard -> relu, topk -> topk (k), jumprelu -> jumprelu (log_threshold = log(threshold), every
     threshold positive); input_scale 1; W_enc, b_enc, W_dec, b_dec as they are, except:
@@ -29,9 +29,10 @@ import torch
 from torch import Tensor
 
 from transformer_lab.errors import ConfigError, as_config_error, require
+from transformer_lab.files import safetensors_header
 from transformer_lab.interop import require_package
-from transformer_lab.interop.hf_import import DTYPES, MAX_JSON, _header, read_json
-from transformer_lab.interop.sae_lens import CONFIG, WEIGHTS
+from transformer_lab.interop.hf_import import DTYPES, MAX_JSON, read_json
+from transformer_lab.interop.sae_lens_export import CONFIG, WEIGHTS
 from transformer_lab.limits import require_memory
 from transformer_lab.nn import sae_kinds
 from transformer_lab.nn.sae import MAX_D_IN, MAX_WIDTH, SAEConfig, SparseAutoencoder
@@ -118,7 +119,7 @@ def read_weights(path: Path, location: str, config: SAEConfig, flags: dict) -> d
     expected = {"W_enc": (d, w), "b_enc": (w,), "W_dec": (w, d), "b_dec": (d,)}
     expected |= dict.fromkeys(rule.saelens_tensors, (w,))
     require_memory(8 * (2 * d * w + w + d), f"the SAE of {location}", "it is too large for this machine")
-    header = _header(path, location)
+    header = safetensors_header(path, location)
     for key, shape in expected.items():
         require(
             key in header, f"{location}: {WEIGHTS} has no tensor {key}, which its {config.kind} SAE needs"

@@ -137,17 +137,6 @@ def adjacent_pairs(config: ModelConfig) -> Tensor:
     return torch.cat([paired, torch.arange(2 * half, d_head)])
 
 
-def positions_table(model: DecoderLM) -> Tensor:
-    """P [max_len, D]: what the model adds at each position (learned, sinusoidal, or zeros for none)."""
-    dim, length = model.config.model_dim, model.config.max_len
-    kind = model.config.positional_encoding
-    if kind == "learned":
-        return model.pos_embed.embedding.weight.detach()
-    if kind == "sinusoidal":
-        return model.pos_embed.pe[0, :length].detach()
-    return torch.zeros(length, dim)
-
-
 def _or_zeros(bias: Tensor | None, size: int) -> Tensor:
     return torch.zeros(size) if bias is None else bias.detach()
 
@@ -161,7 +150,7 @@ def state_dict(model: DecoderLM) -> dict[str, Tensor]:
     order = adjacent_pairs(config) if config.positional_encoding == "rotary" else None
     out = {"embed.W_E": model.embed.weight.detach()}
     if config.positional_encoding != "rotary":
-        out["pos_embed.W_pos"] = positions_table(model)
+        out["pos_embed.W_pos"] = model.pos_embed.encoding(config.max_len)[0].detach()  # learned, sinusoids, 0
 
     def norm(name: str, module: torch.nn.Module) -> None:
         out[f"{name}.w"] = module.weight.detach()

@@ -1,7 +1,7 @@
 """The kinds of sparse dictionary: how features are switched on, what keeps them sparse, and how SAELens
 names and stores each. One class per kind, registered by name (as SAELens registers its architectures);
-a dictionary (`nn.sae`), its training (`training.sae_module`) and the SAELens files (`interop.sae_lens`)
-ask the kind and never test its name.
+a dictionary (`nn.sae`), its training (`training.sae_module`) and the SAELens files
+(`interop.sae_lens_export`, `sae_lens_import`) ask the kind and never test its name.
 
     relu       f = ReLU(pre); penalty l1_coefficient * sum_i f_i (Bricken et al. 2023); dead features
                resampled                                                     SAELens: standard

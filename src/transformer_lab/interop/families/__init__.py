@@ -10,23 +10,18 @@ conversion file per family.
     gpt_neo.py    GPTNeoForCausalLM (the TinyStories models): learned positions, local attention on some
                   layers, unscaled attention scores
 
-A family module defines:
-
-    NAME, TITLE, ARCHITECTURES, MODEL_TYPES    its name, what docs call it, the transformers class
-                                               names and config.json model_types it reads
-    PREFIX, ALIASES, IGNORED                   the base model's prefix (a headless file lacks it), old
-                                               names of tensors, buffers of old files that are no weight
-    model_config(hf, where) -> dict            config.json -> this project's ModelConfig settings:
-                                               every size checked, every setting the project's blocks
-                                               do not have refused by name (one line, `where` names it)
-    lacks(config) -> list[(bool, str)]         what the family cannot hold of a ModelConfig (export)
-    hf_config(config) -> dict                  ModelConfig -> config.json (model_type, architectures, ...)
-    weights(config) -> list[Weight]            how each of its tensors maps onto this project's
-
-and registers itself with `register(module)` when imported. `weights` is read both ways: `to_ours` fills
-this project's state_dict from the family's tensors (hf:), `to_theirs` makes the family's from this
-project's (to=huggingface; a family may write its own `state_dict(model)` instead, as GPT-2 does to carry
-any positions' table and fold an output bias). A new family is one module named in `BUILT_IN`.
+Each module builds one `Family` (a frozen dataclass: the one contract) and registers it with
+`register(family)` when imported; `families()` imports the modules named in `BUILT_IN` first. A Family
+holds its names (`name`, `title`, the transformers `architectures` and config.json `model_types` it
+reads), how its files name tensors (`prefix` of the base model, `aliases`, `ignored` buffers), and four
+functions: `model_config(hf, where)` (config.json -> ModelConfig settings, every value's type checked,
+every setting this project's blocks lack refused by name; the model's structure is checked by
+ModelConfig itself, its messages naming config.json's keys, `config_keys`), `lacks(config)` (what it
+cannot hold of a ModelConfig, for export), `hf_config(config)` (ModelConfig -> config.json) and
+`weights(config)` (each tensor's place, read both ways: `to_ours` fills this project's state_dict,
+`to_theirs` the family's). `complete(model)`, where a family needs it (GPT-2), completes this project's
+state_dict for the mapping (a positions' table, zero biases, ...). The config helpers below all take
+(hf, where, key, ...). A new family is one module named in `BUILT_IN`.
 """
 
 from __future__ import annotations
@@ -34,8 +29,8 @@ from __future__ import annotations
 import importlib
 import json
 import math
-from dataclasses import dataclass
-from types import ModuleType
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -45,7 +40,6 @@ from transformer_lab.nn import ModelConfig
 from transformer_lab.nn.config import GATED, LIMITS
 
 BUILT_IN = ("gpt2", "gpt_neox", "llama", "gpt_neo")  # the order export tries them in
-_FAMILIES: dict[str, ModuleType] = {}
 
 
 @dataclass(frozen=True)
@@ -67,20 +61,43 @@ class Weight:
         return torch.tensor(self.rows)
 
 
-def register(module: ModuleType) -> ModuleType:
-    """Register a family module (see the module docstring): `hf:` and `to=huggingface` find it."""
-    _FAMILIES[module.NAME] = module
-    return module
+@dataclass(frozen=True)
+class Family:
+    """A `transformers` family this project opens (`hf:`) and writes (`to=huggingface`); the module
+    docstring says what each field is."""
+
+    name: str
+    title: str
+    architectures: tuple[str, ...]
+    model_types: tuple[str, ...]
+    model_config: Callable[[dict, str], dict]
+    lacks: Callable[[ModelConfig], list[tuple[bool, str]]]
+    hf_config: Callable[[ModelConfig], dict]
+    weights: Callable[[ModelConfig], list[Weight]]
+    prefix: str = ""
+    config_keys: Mapping[str, str] = field(default_factory=dict)  # ModelConfig setting -> config.json key
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    complete: Callable[[torch.nn.Module], dict[str, Tensor]] | None = None
 
 
-def families() -> dict[str, ModuleType]:
+FAMILIES: dict[str, Family] = {}  # every registered family by name: the registry
+
+
+def register(family: Family) -> Family:
+    """Register a family (see the module docstring): `hf:` and `to=huggingface` find it."""
+    FAMILIES[family.name] = family
+    return family
+
+
+def families() -> dict[str, Family]:
     """Every family by name, the built-in ones first (their modules imported on first use)."""
     for name in BUILT_IN:
         importlib.import_module(f"{__name__}.{name}")
-    return {name: _FAMILIES[name] for name in BUILT_IN} | _FAMILIES
+    return {name: FAMILIES[name] for name in BUILT_IN} | FAMILIES
 
 
-def family_of(hf: dict, where: str) -> ModuleType:
+def family_of(hf: dict, where: str) -> Family:
     """The family of a config.json: by its `architectures` (else its `model_type`); a one-line refusal
     naming the families this opens."""
     known = families()
@@ -91,25 +108,25 @@ def family_of(hf: dict, where: str) -> ModuleType:
         f"{where}: architectures={json.dumps(architectures)[:80]} must be a list of class names",
     )
     for family in known.values():
-        if architectures and any(a in family.ARCHITECTURES for a in architectures):
+        if architectures and any(a in family.architectures for a in architectures):
             require(
-                kind is None or kind in family.MODEL_TYPES,
+                kind is None or kind in family.model_types,
                 f"{where} names the architecture {', '.join(architectures)} but model_type {kind!r} (a "
-                f"{family.TITLE} has model_type {' or '.join(family.MODEL_TYPES)}): the file contradicts "
+                f"{family.title} has model_type {' or '.join(family.model_types)}): the file contradicts "
                 "itself",
             )
             return family
     for family in known.values():
-        if not architectures and kind in family.MODEL_TYPES:
+        if not architectures and kind in family.model_types:
             return family
-    names = ", ".join(a for family in known.values() for a in family.ARCHITECTURES)
+    names = ", ".join(a for family in known.values() for a in family.architectures)
     shown = ", ".join(architectures) if architectures else f"model_type {kind!r}"
     raise ConfigError(
         f"{where} is of a {shown} model; hf: opens causal language models of the families {names}"
     )
 
 
-def family_for(config: ModelConfig, to: str = "huggingface") -> ModuleType:
+def family_for(config: ModelConfig, to: str = "huggingface") -> Family:
     """The first family that holds a model of `config` (export); a one-line refusal saying what each
     lacks."""
     reasons = []
@@ -117,7 +134,7 @@ def family_for(config: ModelConfig, to: str = "huggingface") -> ModuleType:
         lacking = [what for lacks, what in family.lacks(config) if lacks]
         if not lacking:
             return family
-        reasons.append(f"{family.TITLE} has no {lacking[0]}")
+        reasons.append(f"{family.title} has no {lacking[0]}")
     raise ConfigError(
         f"to={to}: no transformers family holds this model ({'; '.join(reasons)}); to=onnx exports it"
     )
@@ -186,11 +203,11 @@ def to_theirs(state: dict[str, Tensor], mapping: list[Weight]) -> dict[str, Tens
     return out
 
 
-def export_state(family: ModuleType, model: torch.nn.Module) -> dict[str, Tensor]:
-    """The family's state_dict of a model it holds: its own `state_dict(model)`, or its mapping's."""
-    if hasattr(family, "state_dict"):
-        return family.state_dict(model)
-    return to_theirs(model.state_dict(), family.weights(model.config))
+def export_state(family: Family, model: torch.nn.Module) -> dict[str, Tensor]:
+    """The family's state_dict of a model it holds: its mapping of this project's state_dict (completed
+    by the family where it needs more, `Family.complete`)."""
+    state = family.complete(model) if family.complete is not None else model.state_dict()
+    return to_theirs(state, family.weights(model.config))
 
 
 def expected_shapes(mapping: list[Weight], shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
@@ -227,34 +244,34 @@ def sizes(hf: dict, where: str, table: dict[str, tuple[str, bool]]) -> dict[str,
     """config.json key -> (ModelConfig field, required): each a positive integer within this package's
     limits (`ModelConfig.LIMITS`), checked before anything is built."""
     out = {}
-    for key, (field, required) in table.items():
+    for key, (name, required) in table.items():
         value = setting(hf, where, key, int, None)
         if value is None and not required:
             continue
         require(value is not None and value > 0, f"{where}: {key}={value!r} must be a positive integer")
-        bound = LIMITS.get(field)
+        bound = LIMITS.get(name)
         require(
             bound is None or value <= bound,
-            f"{where}: {key}={value} is more than this package's limit of {bound} ({field}); it is not a "
+            f"{where}: {key}={value} is more than this package's limit of {bound} ({name}); it is not a "
             "model this can open",
         )
-        out[field] = value
+        out[name] = value
     return out
 
 
-def flag(hf: dict, key: str, default: bool, where: str) -> bool:
+def flag(hf: dict, where: str, key: str, default: bool) -> bool:
     """A true/false setting (absent or null: `default`)."""
     return setting(hf, where, key, bool, default)
 
 
-def number(hf: dict, key: str, default: float, where: str, low: float = 0.0, high: float = math.inf) -> float:
+def number(hf: dict, where: str, key: str, default: float, low: float = 0.0, high: float = math.inf) -> float:
     """A number in (low, high) (absent or null: `default`)."""
     value = setting(hf, where, key, float, default)
     require(low < value < high, f"{where}: {key}={value!r} must be a number between {low:g} and {high:g}")
     return value
 
 
-def choice(hf: dict, key: str, default: str, options: dict[str, str], where: str) -> str:
+def choice(hf: dict, where: str, key: str, default: str, options: dict[str, str]) -> str:
     """A setting of a few names, mapped to this project's (a name it lacks refused with the ones it has)."""
     value = setting(hf, where, key, str, default)
     require(
@@ -295,7 +312,7 @@ def rope(hf: dict, where: str, fraction_key: str | None, default_fraction: float
             "(unscaled) kind; it is not a model this can open",
         )
     theta = merged.get("rope_theta", hf.get("rope_theta", hf.get("rotary_emb_base", 10000.0)))
-    theta = number({"rope_theta": theta}, "rope_theta", 10000.0, where, low=1.0)
+    theta = number({"rope_theta": theta}, where, "rope_theta", 10000.0, low=1.0)
     fraction = merged.get("partial_rotary_factor")
     key = "partial_rotary_factor"
     if fraction is None and fraction_key is not None and fraction_key in hf:
@@ -307,17 +324,6 @@ def rope(hf: dict, where: str, fraction_key: str | None, default_fraction: float
         "positions rotate",
     )
     return {"rotary_base": theta, "rotary_fraction": float(fraction)}
-
-
-def rotary_split(model_dim: int, heads: int, fraction: float, where: str, key: str) -> None:
-    """A head size rotary positions can split: head_dim x fraction an even number >= 2."""
-    head = model_dim // heads
-    rotated = int(head * fraction)
-    require(
-        model_dim % heads == 0 and rotated >= 2 and rotated % 2 == 0,
-        f"{where}: heads of {model_dim / heads:g} dimensions with {key}={fraction} rotate {rotated} of them; "
-        "rotary positions turn pairs of dimensions (an even number >= 2): not a model this can open",
-    )
 
 
 def eos_id(hf: dict, vocab_size: int) -> int | None:

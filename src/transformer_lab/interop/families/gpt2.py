@@ -35,13 +35,12 @@ cross-attention) are refused by name on import.
 
 from __future__ import annotations
 
-import sys
-
 import torch
 from torch import Tensor
 
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.interop.families import (
+    Family,
     Weight,
     choice,
     common_lacks,
@@ -55,13 +54,6 @@ from transformer_lab.interop.families import (
 )
 from transformer_lab.nn import DecoderLM, ModelConfig
 
-NAME = "gpt2"
-TITLE = "GPT-2"
-ARCHITECTURES = ("GPT2LMHeadModel",)
-MODEL_TYPES = ("gpt2",)
-PREFIX = "transformer."  # a GPT2Model's file (no output layer) has its names without it
-ALIASES: dict[str, str] = {}
-IGNORED = (".attn.bias", ".attn.masked_bias")  # GPT-2's causal-mask buffers, in files of older versions
 ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 SIZES = {  # config.json key -> (ModelConfig field, required)
     "n_embd": ("model_dim", True),
@@ -84,11 +76,11 @@ def model_config(hf: dict, where: str) -> dict:
     return {
         "arch": "decoder",
         **shape,
-        "scale_attention": flag(hf, "scale_attn_weights", True, where),
-        "tie_embeddings": flag(hf, "tie_word_embeddings", True, where),
+        "scale_attention": flag(hf, where, "scale_attn_weights", True),
+        "tie_embeddings": flag(hf, where, "tie_word_embeddings", True),
         "eos_id": eos_id(hf, shape["vocab_size"]),
-        "activation": choice(hf, "activation_function", "gelu_new", ACTIVATIONS, where),
-        "norm_eps": number(hf, "layer_norm_epsilon", 1e-5, where, high=1.0),
+        "activation": choice(hf, where, "activation_function", "gelu_new", ACTIVATIONS),
+        "norm_eps": number(hf, where, "layer_norm_epsilon", 1e-5, high=1.0),
         "norm_first": True,
         "bias": True,
         "unembed_bias": False,
@@ -112,7 +104,7 @@ def hf_config(config: ModelConfig) -> dict:
     """GPT2Config's arguments (dropout 0: the same function in training mode too)."""
     return {
         "model_type": "gpt2",
-        "architectures": list(ARCHITECTURES),
+        "architectures": list(FAMILY.architectures),
         "vocab_size": config.vocab_size,
         "n_positions": config.max_len,
         "n_embd": config.model_dim,
@@ -169,55 +161,45 @@ def output_bias_fold(weight: Tensor, bias: Tensor) -> Tensor:
     return delta.float()
 
 
-def _linear(weight: Tensor, bias: Tensor | None, out_features: int) -> tuple[Tensor, Tensor]:
-    """nn.Linear (W [out, in], b) as GPT-2's Conv1D (W^T [in, out], b; zeros without a bias)."""
-    return weight.detach().T, torch.zeros(out_features) if bias is None else bias.detach()
-
-
-def _norm(norm: torch.nn.LayerNorm, dim: int) -> tuple[Tensor, Tensor]:
-    return norm.weight.detach(), torch.zeros(dim) if norm.bias is None else norm.bias.detach()
-
-
-def state_dict(model: DecoderLM) -> dict[str, Tensor]:
-    """GPT2LMHeadModel's weights for the model (the module docstring's table): any positions' table,
-    zero biases where the model has none, an attention-only block's zero MLP, the output bias folded."""
-    from transformer_lab.interop.transformer_lens import positions_table
-
+def complete(model: DecoderLM) -> dict[str, Tensor]:
+    """This project's state_dict completed for GPT-2's mapping (`weights`; the module docstring's table):
+    the positions as a table (learned, the sinusoids, or zeros), zero biases where the model has none, an
+    attention-only block's zero MLP (act(0 x + 0) = 0 through zero weights: it adds exactly 0), the
+    output bias folded into ln_f's."""
     config = model.config
     dim, width = config.model_dim, config.dim_feedforward
-    out = {
-        "transformer.wte.weight": model.embed.weight.detach(),
-        "transformer.wpe.weight": positions_table(model),
-    }
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    state["pos_embed.embedding.weight"] = model.pos_embed.encoding(config.max_len)[0].detach()
     for i, block in enumerate(model.blocks):
-        p = f"transformer.h.{i}."
-        out[p + "ln_1.weight"], out[p + "ln_1.bias"] = _norm(block.norm1, dim)
-        attn = block.attn
-        out[p + "attn.c_attn.weight"], out[p + "attn.c_attn.bias"] = _linear(
-            attn.qkv_proj.weight, attn.qkv_proj.bias, 3 * dim
-        )
-        out[p + "attn.c_proj.weight"], out[p + "attn.c_proj.bias"] = _linear(
-            attn.o_proj.weight, attn.o_proj.bias, dim
-        )
-        if block.mlp is not None:
-            out[p + "ln_2.weight"], out[p + "ln_2.bias"] = _norm(block.norm2, dim)
-            mlp = block.mlp
-            out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = _linear(
-                mlp.fc_in.weight, mlp.fc_in.bias, width
-            )
-            out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = _linear(
-                mlp.fc_out.weight, mlp.fc_out.bias, dim
-            )
-        else:  # an MLP that adds exactly 0: act(0 x + 0) = 0, then 0 weights and bias
-            out[p + "ln_2.weight"], out[p + "ln_2.bias"] = torch.ones(dim), torch.zeros(dim)
-            out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = torch.zeros(dim, 1), torch.zeros(1)
-            out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = torch.zeros(1, dim), torch.zeros(dim)
-    out["transformer.ln_f.weight"], out["transformer.ln_f.bias"] = _norm(model.ln_final.norm, dim)
+        p = f"blocks.{i}."
+        if block.mlp is None:
+            state[p + "norm2.weight"], state[p + "norm2.bias"] = torch.ones(dim), torch.zeros(dim)
+            state[p + "mlp.fc_in.weight"], state[p + "mlp.fc_in.bias"] = torch.zeros(1, dim), torch.zeros(1)
+            state[p + "mlp.fc_out.weight"] = torch.zeros(dim, 1)
+        sizes = {"norm1": dim, "attn.qkv_proj": 3 * dim, "attn.o_proj": dim, "norm2": dim}
+        sizes |= {"mlp.fc_in": width if block.mlp is not None else 1, "mlp.fc_out": dim}
+        for name, size in sizes.items():
+            state.setdefault(f"{p}{name}.bias", torch.zeros(size))
+    state.setdefault("ln_final.norm.bias", torch.zeros(dim))
     head = model.unembed
     if head.bias is not None and bool(head.bias.any()):
-        out["transformer.ln_f.bias"] = out["transformer.ln_f.bias"] + output_bias_fold(head.weight, head.bias)
-    out["lm_head.weight"] = (model.embed if config.tie_embeddings else head).weight.detach()
-    return {k: v.to("cpu", torch.float32).contiguous() for k, v in out.items()}
+        state["ln_final.norm.bias"] = state["ln_final.norm.bias"] + output_bias_fold(head.weight, head.bias)
+    return state
 
 
-register(sys.modules[__name__])
+FAMILY = register(
+    Family(
+        name="gpt2",
+        title="GPT-2",
+        architectures=("GPT2LMHeadModel",),
+        model_types=("gpt2",),
+        model_config=model_config,
+        lacks=lacks,
+        hf_config=hf_config,
+        weights=weights,
+        config_keys={field: key for key, (field, _) in SIZES.items()},
+        prefix="transformer.",  # a GPT2Model's file (no output layer) has its names without it
+        ignored=(".attn.bias", ".attn.masked_bias"),  # GPT-2's causal-mask buffers, in older files
+        complete=complete,
+    )
+)

@@ -24,10 +24,9 @@ lm_head                              unembed (tied: wte)
 
 from __future__ import annotations
 
-import sys
-
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.interop.families import (
+    Family,
     Weight,
     choice,
     common_lacks,
@@ -41,13 +40,6 @@ from transformer_lab.interop.families import (
 from transformer_lab.nn import ModelConfig
 from transformer_lab.nn.config import LIMITS
 
-NAME = "gpt_neo"
-TITLE = "GPT-Neo"
-ARCHITECTURES = ("GPTNeoForCausalLM",)
-MODEL_TYPES = ("gpt_neo",)
-PREFIX = "transformer."  # a headless base model's file has its names without it
-ALIASES: dict[str, str] = {}
-IGNORED = (".attn.attention.bias", ".attn.attention.masked_bias")  # the causal masks older files keep
 ACTIVATIONS = {"gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 SIZES = {
     "hidden_size": ("model_dim", True),
@@ -87,10 +79,6 @@ def model_config(hf: dict, where: str) -> dict:
     """This project's ModelConfig settings of a GPT-Neo config.json (the module docstring's table)."""
     shape = sizes(hf, where, SIZES)
     shape.setdefault("dim_feedforward", 4 * shape["model_dim"])
-    require(
-        shape["model_dim"] % shape["num_heads"] == 0,
-        f"{where}: hidden_size={shape['model_dim']} is not divisible by num_heads={shape['num_heads']}",
-    )
     kinds = attention_layers(hf, where, shape["num_layers"])
     local = [i for i, kind in enumerate(kinds) if kind == "local"]
     window = sizes(hf, where, {"window_size": ("max_len", True)})["max_len"] if local else None
@@ -100,15 +88,15 @@ def model_config(hf: dict, where: str) -> dict:
         "positional_encoding": "learned",
         "norm_first": True,
         "norm": "layer",
-        "norm_eps": number(hf, "layer_norm_epsilon", 1e-5, where, high=1.0),
-        "activation": choice(hf, "activation_function", "gelu_new", ACTIVATIONS, where),
+        "norm_eps": number(hf, where, "layer_norm_epsilon", 1e-5, high=1.0),
+        "activation": choice(hf, where, "activation_function", "gelu_new", ACTIVATIONS),
         "scale_attention": False,
         "bias": True,
         "qkv_bias": False,
         "unembed_bias": False,
         "attention_window": window,
         "window_layers": local if local else None,
-        "tie_embeddings": flag(hf, "tie_word_embeddings", True, where),
+        "tie_embeddings": flag(hf, where, "tie_word_embeddings", True),
         "output_mlp": False,
         "eos_id": eos_id(hf, shape["vocab_size"]),
     }
@@ -141,7 +129,7 @@ def hf_config(config: ModelConfig) -> dict:
     kinds = ["local" if i in layers else "global" for i in range(config.num_layers)]
     return {
         "model_type": "gpt_neo",
-        "architectures": list(ARCHITECTURES),
+        "architectures": list(FAMILY.architectures),
         "vocab_size": config.vocab_size,
         "hidden_size": config.model_dim,
         "num_layers": config.num_layers,
@@ -191,4 +179,18 @@ def weights(config: ModelConfig) -> list[Weight]:
     return out
 
 
-register(sys.modules[__name__])
+FAMILY = register(
+    Family(
+        name="gpt_neo",
+        title="GPT-Neo",
+        architectures=("GPTNeoForCausalLM",),
+        model_types=("gpt_neo",),
+        model_config=model_config,
+        lacks=lacks,
+        hf_config=hf_config,
+        weights=weights,
+        config_keys={field: key for key, (field, _) in SIZES.items()},
+        prefix="transformer.",  # a headless base model's file has its names without it
+        ignored=(".attn.attention.bias", ".attn.attention.masked_bias"),  # the causal masks older files keep
+    )
+)

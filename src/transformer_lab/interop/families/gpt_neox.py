@@ -27,9 +27,8 @@ lm_head (older files: embed_out)     unembed
 
 from __future__ import annotations
 
-import sys
-
 from transformer_lab.interop.families import (
+    Family,
     Weight,
     choice,
     common_lacks,
@@ -38,20 +37,13 @@ from transformer_lab.interop.families import (
     number,
     register,
     rope,
-    rotary_split,
     sizes,
     special_ids,
 )
 from transformer_lab.nn import ModelConfig
 
-NAME = "gpt_neox"
-TITLE = "GPT-NeoX"
-ARCHITECTURES = ("GPTNeoXForCausalLM",)
-MODEL_TYPES = ("gpt_neox",)
-PREFIX = "gpt_neox."  # a headless base model's file has its names without it
-ALIASES = {"embed_out.weight": "lm_head.weight"}  # Pythia's files name the output layer embed_out
-IGNORED = (".attention.bias", ".attention.masked_bias", ".attention.rotary_emb.inv_freq")  # old buffers
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new", "relu": "relu"}
+ROTARY_KEY = "partial_rotary_factor"  # the share of each head rotary positions rotate
 SIZES = {
     "hidden_size": ("model_dim", True),
     "num_attention_heads": ("num_heads", True),
@@ -66,9 +58,7 @@ def model_config(hf: dict, where: str) -> dict:
     """This project's ModelConfig settings of a GPT-NeoX config.json (the module docstring's table)."""
     shape = sizes(hf, where, SIZES)
     rotary = rope(hf, where, "rotary_pct", 0.25)
-    key = "rotary_pct" if "rotary_pct" in hf else "partial_rotary_factor"
-    rotary_split(shape["model_dim"], shape["num_heads"], rotary["rotary_fraction"], where, key)
-    attention_bias = flag(hf, "attention_bias", True, where)
+    attention_bias = flag(hf, where, "attention_bias", True)
     return {
         "arch": "decoder",
         **shape,
@@ -76,14 +66,14 @@ def model_config(hf: dict, where: str) -> dict:
         "positional_encoding": "rotary",
         "norm_first": True,
         "norm": "layer",
-        "norm_eps": number(hf, "layer_norm_eps", 1e-5, where, high=1.0),
-        "activation": choice(hf, "hidden_act", "gelu", ACTIVATIONS, where),
-        "parallel_residual": flag(hf, "use_parallel_residual", True, where),
+        "norm_eps": number(hf, where, "layer_norm_eps", 1e-5, high=1.0),
+        "activation": choice(hf, where, "hidden_act", "gelu", ACTIVATIONS),
+        "parallel_residual": flag(hf, where, "use_parallel_residual", True),
         "bias": True,
         "qkv_bias": attention_bias,
         "out_bias": attention_bias,
         "unembed_bias": False,
-        "tie_embeddings": flag(hf, "tie_word_embeddings", False, where),
+        "tie_embeddings": flag(hf, where, "tie_word_embeddings", False),
         "output_mlp": False,
         "eos_id": eos_id(hf, shape["vocab_size"]),
     }
@@ -101,7 +91,7 @@ def hf_config(config: ModelConfig) -> dict:
     """GPTNeoXConfig's arguments for a model of `config` (dropout 0)."""
     return {
         "model_type": "gpt_neox",
-        "architectures": list(ARCHITECTURES),
+        "architectures": list(FAMILY.architectures),
         "vocab_size": config.vocab_size,
         "hidden_size": config.model_dim,
         "num_hidden_layers": config.num_layers,
@@ -152,4 +142,24 @@ def weights(config: ModelConfig) -> list[Weight]:
     return out
 
 
-register(sys.modules[__name__])
+FAMILY = register(
+    Family(
+        name="gpt_neox",
+        title="GPT-NeoX",
+        architectures=("GPTNeoXForCausalLM",),
+        model_types=("gpt_neox",),
+        model_config=model_config,
+        lacks=lacks,
+        hf_config=hf_config,
+        weights=weights,
+        config_keys={field: key for key, (field, _) in SIZES.items()}
+        | {"rotary_fraction": "partial_rotary_factor"},
+        prefix="gpt_neox.",  # a headless base model's file has its names without it
+        aliases={"embed_out.weight": "lm_head.weight"},  # Pythia's files name the output layer embed_out
+        ignored=(
+            ".attention.bias",
+            ".attention.masked_bias",
+            ".attention.rotary_emb.inv_freq",
+        ),  # old buffers
+    )
+)

@@ -33,10 +33,9 @@ hidden_size / num_attention_heads are refused by name.
 
 from __future__ import annotations
 
-import sys
-
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.interop.families import (
+    Family,
     Weight,
     choice,
     common_lacks,
@@ -51,14 +50,8 @@ from transformer_lab.interop.families import (
 )
 from transformer_lab.nn import ModelConfig
 
-NAME = "llama"
-TITLE = "Llama"
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM")
-MODEL_TYPES = ("llama", "qwen2", "mistral")
-PREFIX = "model."  # a headless base model's file has its names without it
-ALIASES: dict[str, str] = {}
-IGNORED = (".self_attn.rotary_emb.inv_freq",)  # a buffer older files hold
 ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu"}
+ROTARY_KEY = "partial_rotary_factor"  # the share of each head rotary positions rotate
 SIZES = {
     "hidden_size": ("model_dim", True),
     "num_attention_heads": ("num_heads", True),
@@ -78,10 +71,10 @@ MIXTURES = {  # mixture-of-experts settings (Mixtral, Qwen2-MoE): refused by nam
 
 def _kind(hf: dict) -> str:
     """llama, qwen2 or mistral: by the architecture named, else the model_type."""
-    for name, kind in zip(ARCHITECTURES, MODEL_TYPES, strict=True):
+    for name, kind in zip(FAMILY.architectures, FAMILY.model_types, strict=True):
         if name in (hf.get("architectures") or []):
             return kind
-    return hf.get("model_type") if hf.get("model_type") in MODEL_TYPES else "llama"
+    return hf.get("model_type") if hf.get("model_type") in FAMILY.model_types else "llama"
 
 
 def model_config(hf: dict, where: str) -> dict:
@@ -89,25 +82,15 @@ def model_config(hf: dict, where: str) -> dict:
     docstring's table)."""
     refuse_present(hf, where, MIXTURES)
     shape = sizes(hf, where, SIZES)
-    heads, kv = shape["num_heads"], shape.get("num_kv_heads", shape["num_heads"])
-    require(
-        heads % kv == 0,
-        f"{where}: num_key_value_heads={kv} does not divide num_attention_heads={heads} (each key-value "
-        "head serves a whole group of query heads): not a model this can open",
-    )
+    heads = shape["num_heads"]
     head_dim = hf.get("head_dim")
     require(
         head_dim is None or (isinstance(head_dim, int) and head_dim * heads == shape["model_dim"]),
         f"{where}: head_dim={head_dim!r} is not hidden_size / num_attention_heads = "
         f"{shape['model_dim'] / heads:g}: this project's heads split the stream evenly",
     )
-    require(
-        shape["model_dim"] % heads == 0 and (shape["model_dim"] // heads) % 2 == 0,
-        f"{where}: heads of {shape['model_dim'] / heads:g} dimensions: rotary positions turn pairs of "
-        "dimensions, so a head needs an even size: not a model this can open",
-    )
     kind = _kind(hf)
-    bias = flag(hf, "attention_bias", False, where) if kind == "llama" else False
+    bias = flag(hf, where, "attention_bias", False) if kind == "llama" else False
     window, layers = _window(hf, where, kind, shape)
     return {
         "arch": "decoder",
@@ -116,13 +99,13 @@ def model_config(hf: dict, where: str) -> dict:
         "positional_encoding": "rotary",
         "norm_first": True,
         "norm": "rms",
-        "norm_eps": number(hf, "rms_norm_eps", 1e-6, where, high=1.0),
-        "activation": choice(hf, "hidden_act", "silu", ACTIVATIONS, where),
+        "norm_eps": number(hf, where, "rms_norm_eps", 1e-6, high=1.0),
+        "activation": choice(hf, where, "hidden_act", "silu", ACTIVATIONS),
         "bias": False,
         "qkv_bias": True if kind == "qwen2" else bias,
         "out_bias": bias,
-        "mlp_bias": flag(hf, "mlp_bias", False, where) if kind == "llama" else False,
-        "tie_embeddings": flag(hf, "tie_word_embeddings", False, where),
+        "mlp_bias": flag(hf, where, "mlp_bias", False) if kind == "llama" else False,
+        "tie_embeddings": flag(hf, where, "tie_word_embeddings", False),
         "attention_window": window,
         "window_layers": layers,
         "output_mlp": False,
@@ -138,7 +121,7 @@ def _window(hf: dict, where: str, kind: str, shape: dict) -> tuple[int | None, l
         refuse_present(hf, where, {"sliding_window": "a sliding attention window (Llama has none)"})
         return None, None
     window = hf.get("sliding_window")
-    if kind == "qwen2" and not flag(hf, "use_sliding_window", False, where):
+    if kind == "qwen2" and not flag(hf, where, "use_sliding_window", False):
         return None, None
     if window is None:
         return None, None
@@ -261,4 +244,19 @@ def weights(config: ModelConfig) -> list[Weight]:
     return out
 
 
-register(sys.modules[__name__])
+FAMILY = register(
+    Family(
+        name="llama",
+        title="Llama",
+        architectures=("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"),
+        model_types=("llama", "qwen2", "mistral"),
+        model_config=model_config,
+        lacks=lacks,
+        hf_config=hf_config,
+        weights=weights,
+        config_keys={field: key for key, (field, _) in SIZES.items()}
+        | {"rotary_fraction": "partial_rotary_factor"},
+        prefix="model.",  # a headless base model's file has its names without it
+        ignored=(".self_attn.rotary_emb.inv_freq",),  # a buffer older files hold
+    )
+)

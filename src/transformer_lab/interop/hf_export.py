@@ -36,7 +36,7 @@ ids = tokenizer("{prompt}", return_tensors="pt").input_ids
 print(tokenizer.decode(model.generate(ids, max_new_tokens=20, do_sample=False)[0]))"""
 
 
-def check(config: ModelConfig) -> object:
+def check(config: ModelConfig) -> families.Family:
     """The family that holds a model of `config`, or a one-line refusal (a model no family's block
     holds; an output bias GPT-2 cannot fold is refused by its export)."""
     require_gpt_style(config, "huggingface")
@@ -61,7 +61,7 @@ def transformers_model(config: ModelConfig, state: dict) -> torch.nn.Module:
         )
     missing, unexpected = built.load_state_dict(state, strict=False)
     tied = {"lm_head.weight"} if config.tie_embeddings else set()
-    missing = [key for key in missing if key not in tied and not key.endswith(family.IGNORED)]
+    missing = [key for key in missing if key not in tied and not key.endswith(family.ignored)]
     if missing or unexpected:  # this version of transformers names the family's weights otherwise
         raise RuntimeError(f"{architectures[0]} does not take these weights: {missing or unexpected}")
     if config.tie_embeddings:
