@@ -26,10 +26,36 @@ from pathlib import Path
 
 import torch
 
-from bench_phases import Context, register
+from bench_phases import Context, Row, register
 from bench_phases.common import Mode, progress
 from transformer_lab import pretrained
 from transformer_lab.nn import build_model
+
+
+def _live_page_rows(name: str) -> list[Row]:
+    """The rows of the live page of pretrained:<name>: its size, its first view, and an update after an
+    edit of its first and of its last token."""
+    return [
+        (
+            f"live page of pretrained:{name}: page / weights",
+            "{:.2f} / {:.2f} MB",
+            [f"explorer_page_mb_{name}", f"explorer_weights_mb_{name}"],
+        ),
+        (
+            f"  {name}: first view / model decoded and checked, from navigation",
+            "{:.0f} / {:.0f} ms",
+            [f"explorer_first_view_ms_{name}", f"explorer_live_ms_{name}"],
+        ),
+        *[
+            (
+                f"  {name}: per update, {token} token edited (views / forward pass)",
+                "{:.1f} / {:.1f} ms",
+                [f"explorer_update_ms_{name}{suffix}", f"explorer_forward_ms_{name}{suffix}"],
+            )
+            for token, suffix in (("first", ""), ("last", "_last"))
+        ],
+    ]
+
 
 ROWS = [
     (
@@ -40,32 +66,7 @@ ROWS = [
     ("explorer: data from the model (python)", "{:.1f} s", ["explorer_collect_seconds"]),
     ("explorer: first full render in Chromium, from navigation", "{:.0f} ms", ["explorer_render_ms"]),
     ("explorer: model view, all layer x head heatmaps", "{:.0f} ms", ["explorer_model_view_ms"]),
-    *[
-        row
-        for name in pretrained.names()
-        for row in (
-            (
-                f"live page of pretrained:{name}: page / weights",
-                "{:.2f} / {:.2f} MB",
-                [f"explorer_page_mb_{name}", f"explorer_weights_mb_{name}"],
-            ),
-            (
-                f"  {name}: first view / model decoded and checked, from navigation",
-                "{:.0f} / {:.0f} ms",
-                [f"explorer_first_view_ms_{name}", f"explorer_live_ms_{name}"],
-            ),
-            (
-                f"  {name}: per update, first token edited (views / forward pass)",
-                "{:.1f} / {:.1f} ms",
-                [f"explorer_update_ms_{name}", f"explorer_forward_ms_{name}"],
-            ),
-            (
-                f"  {name}: per update, last token edited (views / forward pass)",
-                "{:.1f} / {:.1f} ms",
-                [f"explorer_update_ms_{name}_last", f"explorer_forward_ms_{name}_last"],
-            ),
-        )
-    ],
+    *[row for name in pretrained.names() for row in _live_page_rows(name)],
     ("explorer parity sweep: logits, largest difference / their scale", "{:.1e}", ["explorer_parity_logits"]),
     ("explorer parity sweep: attention patterns, largest difference", "{:.1e}", ["explorer_parity_patterns"]),
     (

@@ -11,22 +11,22 @@ from dataclasses import replace
 import torch
 
 from bench_phases import Context, register
-from bench_phases.common import progress, quartiles, timed
+from bench_phases.common import Mode, progress, quartiles, timed
 from transformer_lab.nn import DecoderLM, build_model
 
+BLOCKS = ((64, ""), (256, "_block256"))  # the trained model's block and a longer one; their figures' suffix
+
 ROWS = [
-    (
-        "generation, no cache / KV cache (block 64)",
-        "{:,.0f} / {:,.0f} tokens/s",
-        ["gen_tokens_per_s_nocache", "gen_tokens_per_s_cache"],
-    ),
-    ("KV-cache speed-up, block 64", "{:.2f}x", ["kv_speedup"]),
-    (
-        "generation, no cache / KV cache (block 256)",
-        "{:,.0f} / {:,.0f} tokens/s",
-        ["gen_tokens_per_s_nocache_block256", "gen_tokens_per_s_cache_block256"],
-    ),
-    ("KV-cache speed-up, block 256", "{:.2f}x", ["kv_speedup_block256"]),
+    row
+    for block, suffix in BLOCKS
+    for row in (
+        (
+            f"generation, no cache / KV cache (block {block})",
+            "{:,.0f} / {:,.0f} tokens/s",
+            [f"gen_tokens_per_s_nocache{suffix}", f"gen_tokens_per_s_cache{suffix}"],
+        ),
+        (f"KV-cache speed-up, block {block}", "{:.2f}x", [f"kv_speedup{suffix}"]),
+    )
 ]
 
 TARGETS = {
@@ -57,17 +57,19 @@ def bench_generation(context: Context) -> dict:
     mode, model = context.mode, context.shared["trained"]
     progress(f"generation: {mode.new_tokens} new tokens at block {model.max_len}")
     generation_rates(model, 8, 1)  # warm-up
-    nocache, cache, speedups = generation_rates(model, mode.new_tokens, mode.gen_rounds)
+    results = generation_figures(model, mode, "")
     long_model = build_model(replace(model.config, max_len=256)).to(next(model.parameters()).device)
     progress(f"generation: {mode.new_tokens} new tokens at block 256")
-    nocache_256, cache_256, speedups_256 = generation_rates(long_model, mode.new_tokens, mode.gen_rounds)
+    return results | generation_figures(long_model, mode, "_block256")
+
+
+def generation_figures(model: DecoderLM, mode: Mode, suffix: str) -> dict:
+    """One model's figures, their keys ending in `suffix` (`BLOCKS`): tokens/s without and with the KV
+    cache, and the speed-up's median and quartiles over the rounds."""
+    nocache, cache, speedups = generation_rates(model, mode.new_tokens, mode.gen_rounds)
     return {
-        "gen_tokens_per_s_nocache": nocache,
-        "gen_tokens_per_s_cache": cache,
-        "kv_speedup": statistics.median(speedups),
-        "kv_speedup_quartiles": quartiles(speedups),
-        "gen_tokens_per_s_nocache_block256": nocache_256,
-        "gen_tokens_per_s_cache_block256": cache_256,
-        "kv_speedup_block256": statistics.median(speedups_256),
-        "kv_speedup_block256_quartiles": quartiles(speedups_256),
+        f"gen_tokens_per_s_nocache{suffix}": nocache,
+        f"gen_tokens_per_s_cache{suffix}": cache,
+        f"kv_speedup{suffix}": statistics.median(speedups),
+        f"kv_speedup{suffix}_quartiles": quartiles(speedups),
     }

@@ -344,34 +344,29 @@ def repeats(heads: Heads) -> tuple[induction.Repeats, Tensor, dict[str, Tensor]]
     return heads.once("repeats", run)
 
 
-def _on_repeats(heads: Heads, score: Callable[[Tensor, induction.Repeats], Tensor]) -> Table:
-    data, _, cache = repeats(heads)
-    return heads.per_layer(
-        lambda pattern, layer: score(pattern, data), lambda layer: cache[f"{layer.name}.hook_pattern"]
-    )
+def _register_on_repeats(
+    name: str, description: str, score: Callable[[Tensor, induction.Repeats], Tensor]
+) -> Callable[[Heads], Table]:
+    """Register the task measure `name`: `score(pattern, repeats)` of each head's attention pattern on the
+    repeated sequences (`repeats`), an attention mass that rises as the head takes its role."""
+
+    @register(name, "rise", description, task=True, scale=1.0, chance=UNIFORM, formation=True)
+    def measure(heads: Heads) -> Table:
+        data, _, cache = repeats(heads)
+        return heads.per_layer(
+            lambda pattern, layer: score(pattern, data), lambda layer: cache[f"{layer.name}.hook_pattern"]
+        )
+
+    return measure
 
 
-@register(
+induction_score = _register_on_repeats(
     "induction",
-    "rise",
     "attention from a repeated token to the token after its first occurrence",
-    task=True,
-    scale=1.0,
-    chance=UNIFORM,
-    formation=True,
+    induction.induction_scores,
 )
-def induction_score(heads: Heads) -> Table:
-    return _on_repeats(heads, induction.induction_scores)
-
-
-@register(
+previous_token = _register_on_repeats(
     "previous_token",
-    "rise",
     "attention from each token to the one before it",
-    task=True,
-    scale=1.0,
-    chance=UNIFORM,
-    formation=True,
+    lambda pattern, data: induction.previous_token_scores(pattern),
 )
-def previous_token(heads: Heads) -> Table:
-    return _on_repeats(heads, lambda pattern, data: induction.previous_token_scores(pattern))

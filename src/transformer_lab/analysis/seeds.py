@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from transformer_lab.analysis import events
 from transformer_lab.analysis.dynamics import Dynamics, timing_table
@@ -87,14 +87,7 @@ class Order:
         )
 
     def to_dict(self) -> dict:
-        return {
-            "before": self.before,
-            "after": self.after,
-            "ahead": self.ahead,
-            "behind": self.behind,
-            "unresolved": self.unresolved,
-            "claimed": self.claimed,
-        }
+        return asdict(self) | {"claimed": self.claimed}
 
 
 @dataclass

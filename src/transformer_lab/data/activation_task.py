@@ -10,7 +10,7 @@ model's own batches `(*inputs, labels)`, so that its loss can be measured with t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -54,13 +54,7 @@ class ActivationTask(TaskDataModule):
         """`count` training activations [count, d_in] (fewer if fewer exist): what the SAE's input scale is
         estimated from."""
         self.setup("fit")
-        rows, seen = [], 0
-        for batch in self.train_dataloader():
-            rows.append(batch)
-            seen += len(batch)
-            if seen >= count:
-                break
-        return torch.cat(rows)[:count]
+        return first_rows(self.train_dataloader(), count)
 
     def model_settings(self) -> dict:
         return {"d_in": self.d_in, "hook": self.hook}
@@ -90,6 +84,12 @@ class DrawnActivations(ActivationTask):
         batches = Batches(lambda g: self.draw(self.batch_size, g), self.seed + 3, rank)
         return DataLoader(batches, batch_size=None)
 
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.splits["val"], batch_size=self.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.splits["test"], batch_size=self.batch_size)
+
 
 class Batches(IterableDataset):
     """An endless stream of batches from `draw(generator) -> Tensor`, a generator per DDP rank."""
@@ -102,6 +102,18 @@ class Batches(IterableDataset):
         generator = torch.Generator().manual_seed(self.seed + 7919 * self.rank)
         while True:
             yield self.draw(generator)
+
+
+def first_rows(batches: Iterable[Tensor], count: int) -> Tensor:
+    """The first `count` rows of a stream of batches [n, d_in] (fewer if it ends first), as one tensor: the
+    stream is read no further than they need."""
+    rows, seen = [], 0
+    for batch in batches:
+        rows.append(batch)
+        seen += len(batch)
+        if seen >= count:
+            break
+    return torch.cat(rows)[:count]
 
 
 def rank_of(task: TaskDataModule) -> tuple[int, int]:

@@ -46,7 +46,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from transformer_lab import pretrained
-from transformer_lab.data.activation_task import ActivationTask, rank_of
+from transformer_lab.data.activation_task import ActivationTask, first_rows, rank_of
 from transformer_lab.data.tokens import cached, check_member, count, default_cache_dir
 from transformer_lab.errors import ConfigError, as_config_error, require
 from transformer_lab.limits import require_memory, size_text
@@ -205,13 +205,7 @@ class ActivationsDataModule(ActivationTask):
 
     def scale_sample(self, count: int = 4096) -> Tensor:
         """`count` activations straight from the source (no mixing buffer to fill for them)."""
-        parts, seen = [], 0
-        for part in self.stream():
-            parts.append(part)
-            seen += len(part)
-            if seen >= count:
-                break
-        return torch.cat(parts)[:count]
+        return first_rows(self.stream(), count)
 
     def stream(self, rank: int = 0, world: int = 1) -> Iterator[Tensor]:
         """Activations [n, d_in], a source batch at a time, endlessly."""

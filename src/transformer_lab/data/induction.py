@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from transformer_lab.data.task import TaskDataModule
+from transformer_lab.data.splits import SplitsDataModule
 from transformer_lab.errors import require
 from transformer_lab.limits import require_memory
 from transformer_lab.nn import IGNORE_INDEX
@@ -23,7 +23,7 @@ from transformer_lab.nn import IGNORE_INDEX
 SPLITS = ("train", "val", "test")
 
 
-class InductionDataModule(TaskDataModule):
+class InductionDataModule(SplitsDataModule):
     """Sequences of `seq_len` tokens out of `vocab_size`, with a segment of `min_repeat` to `max_repeat`
     tokens repeated once at random places; splits from seeds seed, seed + 1, seed + 2. A batch is
     (tokens, labels): labels are the next tokens (a language model), and `repeated` marks the positions
@@ -124,15 +124,6 @@ class InductionDataModule(TaskDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         return DataLoader(self.splits[split], batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
 
     def text_example(self, ids: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
         """Your own tokens: every next token that repeats an earlier continuation is a label."""

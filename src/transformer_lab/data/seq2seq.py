@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from transformer_lab.data.task import IGNORE_INDEX, TaskDataModule
+from transformer_lab.data.splits import SplitsDataModule
+from transformer_lab.data.task import IGNORE_INDEX
 from transformer_lab.errors import require
 from transformer_lab.limits import require_memory
 from transformer_lab.nn import Specials
@@ -30,7 +31,7 @@ PAD, BOS, EOS, SEP = range(4)
 STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
 
 
-class Seq2SeqDataModule(TaskDataModule):
+class Seq2SeqDataModule(SplitsDataModule):
     """Base class of the sequence-to-sequence tasks: a subclass says which `symbols` its sequences are
     made of and draws its examples (`draw(size, generator)`); this class builds the vocabulary
     (<pad> <bos> <eos> <sep>, then the symbols), the splits (train, val, test from seeds seed, seed + 1,
@@ -243,12 +244,3 @@ class Seq2SeqDataModule(TaskDataModule):
             persistent_workers=self.num_workers > 0,
             pin_memory=torch.cuda.is_available(),
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)

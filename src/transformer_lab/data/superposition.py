@@ -114,9 +114,3 @@ class SuperpositionDataModule(DrawnActivations):
     def train_dataloader(self) -> DataLoader:
         self.toy  # noqa: B018  (trained here, before the loader's stream begins)
         return super().train_dataloader()
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["val"], batch_size=self.batch_size)
-
-    def test_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["test"], batch_size=self.batch_size)

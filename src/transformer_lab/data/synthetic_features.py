@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader
 
 from transformer_lab.data.activation_task import DrawnActivations
 from transformer_lab.errors import require
@@ -70,9 +69,3 @@ class SyntheticFeaturesDataModule(DrawnActivations):
         """`count` activations [count, d_in]."""
         on = torch.rand(count, self.num_features, generator=generator) < self.active / self.num_features
         return (torch.rand(count, self.num_features, generator=generator) * on) @ self.directions
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["val"], batch_size=self.batch_size)
-
-    def test_dataloader(self) -> DataLoader:
-        return DataLoader(self.splits["test"], batch_size=self.batch_size)

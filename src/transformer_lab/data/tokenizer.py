@@ -67,7 +67,21 @@ def _unknown_error(unknown: Sequence[str], what: str, known: str | None) -> Conf
     return ConfigError(f"the text contains {len(unknown)} {what} not in the vocabulary: {listed}{use}")
 
 
-class Tokenizer:
+class _Vocabulary:
+    """What every tokenizer here keeps: each id's token string (`_itos`), read as `vocab` and `len`."""
+
+    _itos: list[str]
+
+    @property
+    def vocab(self) -> list[str]:
+        """Each id's token string as the tokenizer writes it (a byte-level BPE: `Ġthe` for " the")."""
+        return list(self._itos)
+
+    def __len__(self) -> int:
+        return len(self._itos)
+
+
+class Tokenizer(_Vocabulary):
     """Maps each token string of a vocabulary to its index and back.
 
     `separator` says how tokens are written in text: "" for characters (Tiny Shakespeare: "ROMEO:" is six
@@ -90,13 +104,6 @@ class Tokenizer:
     @classmethod
     def from_text(cls, text: str) -> Tokenizer:
         return cls(sorted(set(text)), separator="")
-
-    @property
-    def vocab(self) -> list[str]:
-        return list(self._itos)
-
-    def __len__(self) -> int:
-        return len(self._itos)
 
     @property
     def eot_id(self) -> int | None:
@@ -180,7 +187,7 @@ def _bytes_to_unicode() -> dict[int, str]:
 BYTE_OF = {char: byte for byte, char in _bytes_to_unicode().items()}
 
 
-class BPETokenizer:
+class BPETokenizer(_Vocabulary):
     """A Hugging Face tokenizer (in practice the byte-level BPE `train_bpe` makes) behind the calls every
     tokenizer here answers. Built from `tokenizer.json` text (`BPETokenizer(text, where)`), checked:
     at most `MAX_TOKENIZER_JSON` characters, JSON whose token ids are 0..n-1 with n at most `MAX_VOCAB`.
@@ -256,14 +263,6 @@ class BPETokenizer:
         except OSError as exc:
             raise ConfigError(f"data.tokenizer={path} cannot be read: {exc.strerror or exc}") from None
         return cls(text, f"data.tokenizer={path}")
-
-    @property
-    def vocab(self) -> list[str]:
-        """Each id's token string as the tokenizer writes it (a byte-level BPE: `Ġthe` for " the")."""
-        return list(self._itos)
-
-    def __len__(self) -> int:
-        return len(self._itos)
 
     @property
     def byte_level(self) -> bool:

@@ -69,9 +69,23 @@
     return new Uint8Array(await new Response(stream).arrayBuffer());
   }
 
+  /** What both stacks of matrices [..., R, C] share: matrix m's largest value and its matrix view, from
+   * the subclass's value(m, r, c) and rowMax(m, r). */
+  class MatrixStack {
+    max(m) {
+      let best = 0;
+      for (let r = 0; r < this.R; r++) best = Math.max(best, this.rowMax(m, r));
+      return best;
+    }
+    matrix(m) {
+      return { R: this.R, C: this.C, get: (r, c) => this.value(m, r, c), max: this.max(m) };
+    }
+  }
+
   /** A packed stack of matrices [..., R, C]: value(m, r, c) of matrix m = q / levels * row maximum. */
-  class Stack {
+  class Stack extends MatrixStack {
     constructor(shape, levels, q, scale) {
+      super();
       this.shape = shape;
       this.levels = levels;
       this.R = shape[shape.length - 2];
@@ -83,22 +97,15 @@
     value(m, r, c) {
       return (this.q[(m * this.R + r) * this.C + c] / this.levels) * this.scale[m * this.R + r];
     }
-    max(m) {
-      let best = 0;
-      for (let r = 0; r < this.R; r++) best = Math.max(best, this.scale[m * this.R + r]);
-      return best;
-    }
     rowMax(m, r) {
       return this.scale[m * this.R + r];
-    }
-    matrix(m) {
-      return { R: this.R, C: this.C, get: (r, c) => this.value(m, r, c), max: this.max(m) };
     }
   }
 
   /** The same interface over exact numbers (what the page's own forward pass computes). */
-  class FloatStack {
+  class FloatStack extends MatrixStack {
     constructor(shape, data) {
+      super();
       this.shape = shape;
       this.R = shape[shape.length - 2];
       this.C = shape[shape.length - 1];
@@ -114,16 +121,8 @@
     value(m, r, c) {
       return this.data[(m * this.R + r) * this.C + c];
     }
-    max(m) {
-      let best = 0;
-      for (let r = 0; r < this.R; r++) best = Math.max(best, this.rowMaxes[m * this.R + r]);
-      return best;
-    }
     rowMax(m, r) {
       return this.rowMaxes[m * this.R + r];
-    }
-    matrix(m) {
-      return { R: this.R, C: this.C, get: (r, c) => this.value(m, r, c), max: this.max(m) };
     }
   }
 

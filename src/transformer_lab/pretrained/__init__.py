@@ -65,15 +65,20 @@ def path(name: str) -> Path:
     )
     expected = entry.get("sha256")
     if expected is not None:
-        with open(file, "rb") as f:
-            actual = hashlib.file_digest(f, "sha256").hexdigest()
-        require(
-            actual == expected,
-            f"the pretrained model {name!r} ({file}) has sha256 {actual}, not the {expected} of its record: "
-            f"the file was changed or damaged; reinstall the package, or rebuild it with "
-            f"{RETRAIN_COMMAND} {name}",
-        )
+        _check_sha256(file, expected, name, f"the pretrained model {name!r} ({file})")
     return file
+
+
+def _check_sha256(file: Path, expected: str, name: str, what: str) -> None:
+    """Refuse a shipped file of model `name` whose sha256 is not the `expected` of its record (`what`
+    names the file in the message)."""
+    with open(file, "rb") as f:
+        actual = hashlib.file_digest(f, "sha256").hexdigest()
+    require(
+        actual == expected,
+        f"{what} has sha256 {actual}, not the {expected} of its record: the file was changed or damaged; "
+        f"reinstall the package, or rebuild it with {RETRAIN_COMMAND} {name}",
+    )
 
 
 def snapshots(name: str) -> list[Path]:
@@ -91,14 +96,7 @@ def snapshots(name: str) -> list[Path]:
             f"the pretrained model {name!r} lists the snapshot {file} but it is missing; rebuild it with "
             f"{RETRAIN_COMMAND} {name}",
         )
-        with open(file, "rb") as f:
-            actual = hashlib.file_digest(f, "sha256").hexdigest()
-        require(
-            actual == expected,
-            f"the pretrained model {name!r}'s snapshot {file} has sha256 {actual}, not the {expected} of its "
-            f"record: the file was changed or damaged; reinstall the package, or rebuild it with "
-            f"{RETRAIN_COMMAND} {name}",
-        )
+        _check_sha256(file, expected, name, f"the pretrained model {name!r}'s snapshot {file}")
         files.append(file)
     return files
 

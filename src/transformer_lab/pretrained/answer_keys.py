@@ -303,26 +303,41 @@ def _edges(*pairs: tuple[str, str]) -> list[str]:
     return [f"{src} -> {dst}" for src, dst in pairs]
 
 
+def reverse_key(
+    arch: str, model_dim: int, max_len: int, num_layers: int = KEY_MODEL["num_layers"], **key: object
+) -> AnswerKey:
+    """An answer key on task=reverse (16 digits) with a key model (`KEY_MODEL`, 4 heads) of architecture
+    `arch`: the task's data, vocabulary and metrics; `key` gives the rest (name, description, build,
+    mechanism, circuit, distractors)."""
+    return AnswerKey(
+        task_class="transformer_lab.data.reverse.ReverseDataModule",
+        task_hparams={"arch": arch, **REVERSE_DATA},
+        config={
+            "arch": arch,
+            "vocab": REVERSE_VOCAB,
+            **SPECIALS,
+            "model_dim": model_dim,
+            "num_heads": 4,
+            "max_len": max_len,
+            **KEY_MODEL,
+            "num_layers": num_layers,
+        },
+        metrics=["acc", "seq_acc"],
+        headline=["test/acc", "test/seq_acc"],
+        **key,
+    )
+
+
 KEYS = {
     key.name: key
     for key in [
-        AnswerKey(
+        reverse_key(
+            "encoder",
+            model_dim=64,
+            max_len=16,
             name="key_reverse",
             description="hand-built answer key: reverses 16 digits with one mirror head, among 7 sharp "
             "distractors",
-            task_class="transformer_lab.data.reverse.ReverseDataModule",
-            task_hparams={"arch": "encoder", **REVERSE_DATA},
-            config={
-                "arch": "encoder",
-                "vocab": REVERSE_VOCAB,
-                **SPECIALS,
-                "model_dim": 64,
-                "num_heads": 4,
-                "max_len": 16,
-                **KEY_MODEL,
-            },
-            metrics=["acc", "seq_acc"],
-            headline=["test/acc", "test/seq_acc"],
             build=build_reverse,
             mechanism=_edges(
                 ("pos_embed", "blocks.1.attn.head.0.q"),
@@ -380,24 +395,14 @@ KEYS = {
             distractors=[f"blocks.0.attn.head.{h}" for h in (1, 2, 3)]
             + [f"blocks.1.attn.head.{h}" for h in (0, 1, 3)],
         ),
-        AnswerKey(
+        reverse_key(
+            "encoder_decoder",
+            model_dim=80,
+            max_len=17,
+            num_layers=1,
             name="key_reverse_encdec",
             description="hand-built answer key: an encoder-decoder reversing 16 digits through one "
             "cross-attention head, among 10 sharp distractors",
-            task_class="transformer_lab.data.reverse.ReverseDataModule",
-            task_hparams={"arch": "encoder_decoder", **REVERSE_DATA},
-            config={
-                "arch": "encoder_decoder",
-                "vocab": REVERSE_VOCAB,
-                **SPECIALS,
-                "model_dim": 80,
-                "num_heads": 4,
-                "max_len": 17,
-                **KEY_MODEL,
-                "num_layers": 1,
-            },
-            metrics=["acc", "seq_acc"],
-            headline=["test/acc", "test/seq_acc"],
             build=build_reverse_encdec,
             mechanism=_edges(
                 ("encoder.embed", "encoder.output"),
