@@ -180,23 +180,29 @@ def test_ctrl_c_while_testing_stops_after_the_batch_without_metrics(
     assert (tmp_path / "checkpoints" / "last.ckpt").exists() and not (tmp_path / "metrics.json").exists()
 
 
-def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(
-    tmp_path, monkeypatch, ctrl_c_as_in_a_terminal
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_before_the_first_checkpoint_leaves_no_run(
+    tmp_path, monkeypatch, ctrl_c_as_in_a_terminal, signum
 ):
+    """Ctrl-C and SIGTERM during the fit, before any checkpoint: one line, and the run directory goes, as
+    when either comes before the fit (so the same command starts again, not refused as a stopped run)."""
     original = TransformerPredictor.validation_step
 
     def pressed_during_the_sanity_check(self, batch, batch_idx):
         if self.trainer.sanity_checking:
-            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signum)
         return original(self, batch, batch_idx)
 
     monkeypatch.setattr(TransformerPredictor, "validation_step", pressed_during_the_sanity_check)
+    run = tmp_path / "run"
     with pytest.raises(Terminated) as stopped:
-        train(compose_train_config(tmp_path))
-    assert str(stopped.value) == (
-        "stopped by Ctrl-C at step 0, before any checkpoint was saved; nothing to resume: start the run again"
-    )
-    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+        train(compose_train_config(run))
+    cause = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    line = str(stopped.value)
+    assert line.startswith(
+        f"stopped by {cause} at step 0, before any checkpoint was saved; "
+    ) and line.endswith("start the run again")
+    assert not (run / ".hydra").exists() and not (run / "checkpoints").exists()  # train.py's own dir: gone
 
 
 @pytest.mark.parametrize("where", ["transformer_lab.train.hydra_main", "transformer_lab.train.prepare"])

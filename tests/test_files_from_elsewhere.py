@@ -379,7 +379,15 @@ def test_every_row_of_the_troubleshooting_section_is_asserted_by_a_test():
     lines = [row for row in section.splitlines() if row.startswith("| ") and "--" not in row]
     tests = "".join(
         (ROOT / "tests" / name).read_text().replace("\\\\", "\\")
-        for name in ("test_files_from_elsewhere.py", "test_signals.py", "test_export.py")
+        for name in (
+            "test_files_from_elsewhere.py",
+            "test_signals.py",
+            "test_export.py",
+            "test_hub_folders.py",
+            "test_sae_interop.py",
+            "test_snapshots.py",
+            "test_faults.py",
+        )
     )
     assert len(lines) >= 14
     for row in lines[1:]:

@@ -164,6 +164,16 @@ def test_bad_saelens_folders_are_refused_in_one_line(change, message, tmp_path):
         transformer_lab.load_sae(saelens_folder(tmp_path, cfg, weights))
 
 
+def test_a_cfg_json_nested_too_deeply_is_one_line(tmp_path):
+    """A cfg.json of 200,000 nested brackets: a RecursionError in the JSON parser, read as the file's
+    fault in one line (the reader boundary), not a traceback."""
+    cfg, weights = random_saelens("standard")
+    location = saelens_folder(tmp_path, cfg, weights)
+    (tmp_path / "cfg.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ConfigError, match=r"cfg.json is not valid JSON \(it is nested too deeply\)"):
+        transformer_lab.load_sae(location)
+
+
 def test_an_saelens_sae_needs_its_model_named_and_fitting(tmp_path):
     cfg, weights = random_saelens("standard")
     location = saelens_folder(tmp_path, cfg, weights)

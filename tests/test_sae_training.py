@@ -152,6 +152,20 @@ def test_ddp_two_processes_with_resampling(tmp_path):
         (["model.kind=gated"], "model.kind='gated' is unknown"),
         (["model.expansion=0"], "model.expansion=0 must be a positive integer"),
         (["model.kind=relu", "model.l1_coefficient=-1"], "model.l1_coefficient=-1 must be a number >= 0"),
+        # every number checked finite and in range where it is read (inf diverged at step 5, threshold=inf
+        # trained an SAE none of whose features could fire, both with exit 0)
+        *[
+            ([f"model.kind={kind}", f"model.{key}={value}"], f"model.{key}={shown}")
+            for kind, key in (
+                ("relu", "l1_coefficient"),
+                ("jumprelu", "l0_coefficient"),
+                ("topk", "aux_k"),
+                ("topk", "lr"),
+                ("jumprelu", "threshold"),
+                ("jumprelu", "bandwidth"),
+            )
+            for value, shown in (("inf", "inf"), ("-inf", "-inf"), ("nan", "nan"))
+        ],
     ],
 )
 def test_bad_settings_are_one_line(tmp_path, overrides, message):

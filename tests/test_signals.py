@@ -147,3 +147,67 @@ def test_a_run_folder_without_a_checkpoint_is_no_dead_end(tmp_path, monkeypatch,
         f"error: {run_dir} holds a run that stopped before saving any checkpoint (its train.log says how), "
         "so there is nothing to resume; remove the folder, or choose another hydra.run.dir\n"
     )
+
+
+@pytest.mark.parametrize("cause", CAUSES)
+def test_a_signal_while_an_sae_caches_activations_leaves_no_run(
+    cause, tmp_path, monkeypatch, capsys, signals_as_in_a_shell
+):
+    """Ctrl-C and SIGTERM half way through the activation cache of an SAE run: the same line and exit
+    status, no run folder, no half-written cache; the same command then trains."""
+    from transformer_lab.data import activations
+
+    number, status = CAUSES[cause]
+    original = activations.write_activations
+
+    def signalled_half_way(task, path):
+        path.write_bytes(b"\0" * 1000)  # half written
+        signal.raise_signal(number)
+        return original(task, path)
+
+    monkeypatch.setattr(activations, "write_activations", signalled_half_way)
+    run_dir, cache = tmp_path / "run", tmp_path / "cache"
+    argv = ["experiment=sae", "source=pretrained:induction_heads", "hook=blocks.0.hook_attn_out", "threads=1"]
+    argv += [
+        "data.cache=true",
+        f"data.cache_dir={cache}",
+        "data.cache_tokens=4096",
+        f"hydra.run.dir={run_dir}",
+    ]
+    assert train_main(monkeypatch, *argv) == status
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: stopped by {cause}") and err.count("\n") == 1 and "nothing was kept" in err
+    assert not run_dir.exists()
+    assert not [p for p in cache.rglob("*") if p.is_file() and p.suffix != ".lock"]  # no entry, no .tmp
+    monkeypatch.setattr(activations, "write_activations", original)
+    short = ["trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1"]
+    short += ["trainer.limit_test_batches=1", "data.batch_size=64"]
+    assert train_main(monkeypatch, *argv, *short) == 0
+    assert (run_dir / "metrics.json").exists()
+
+
+def test_a_signal_during_a_weights_read_ends_as_the_signal(tmp_path, monkeypatch, signals_as_in_a_shell):
+    """SIGTERM while pytorch_model.bin is unpickled: torch turns the exception raised inside its
+    unpickler into an error of its own ("could not determine the shape ..."), which read as the file's
+    fault (exit 2); it ends as the signal (signals.raise_pending)."""
+    import transformers
+
+    from tests.test_families import bpe
+    from tests.test_hub_folders import hub_folder
+    from transformer_lab import load
+
+    folder = tmp_path / "pythia"
+    hub_folder(transformers, folder, "pythia-70m", bpe())
+    assert (folder / "pytorch_model.bin").exists()
+    real_load = torch.load
+
+    def interrupted(*args, **kwargs):
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        except signals.Stop:  # as torch's unpickler reports it
+            raise RuntimeError("could not determine the shape of object type 'UntypedStorage'") from None
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", interrupted)
+    with pytest.raises(signals.Stop, match="stopped by SIGTERM"):
+        load(f"hf:{folder}")

@@ -173,6 +173,19 @@ def test_finding_snapshots_and_steps_outside_the_run_are_one_line_errors(tmp_pat
     assert len(snapshots.find(folder)) == 3  # the folder itself names them too
 
 
+def test_step_folders_naming_the_same_step_are_refused(tmp_path):
+    """Pythia-style step<N>/ folders: step0 and step00 are one step, which analysis=dynamics would have
+    measured twice."""
+    for name in ("step0", "step00", "step1000"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"holds step0 and step00, both step 0; keep one"):
+        snapshots.hf_series(f"hf:{tmp_path}")
+    (tmp_path / "step00" / "config.json").unlink()
+    (tmp_path / "step00").rmdir()
+    assert [s.step for s in snapshots.hf_series(f"hf:{tmp_path}")] == [0, 1000]
+
+
 def test_a_disk_budget_thins_the_snapshots_log_evenly(tmp_path):
     """callbacks.snapshots.max_disk: a long run keeps as many snapshots as fit, spread as `count` would be."""
     budget = 200_000

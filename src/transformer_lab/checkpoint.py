@@ -169,6 +169,11 @@ def check_structure(contents: object, where: str | Path) -> None:
         f"{where} was written by an older transformer-lab (no model config 'net' in its hyperparameters) "
         f"or is not a transformer-lab checkpoint, and cannot be read; {RETRAIN}",
     )
+    init_from = contents.get("init_from")
+    require(
+        init_from is None or isinstance(init_from, str),
+        f"{where}: init_from must be the location its run started from, not {init_from!r:.60}",
+    )
     for key in ("task", "datamodule_hyper_parameters"):
         value = contents.get(key)
         require(
@@ -294,6 +299,11 @@ class Checkpoint:
         model = build_model(self.config)
         model.load_state_dict(self.weights)
         return model.to(self.device).eval()
+
+    @property
+    def init_from(self) -> str | None:
+        """What its run started from (train.py's init_from=, recorded absolute), or None."""
+        return self.contents.get("init_from")
 
     # ------------------------------------------------------------------------------------ the task
     @property

@@ -10,8 +10,11 @@ pre-norm decoders (GPT-style language models) and print the Python that loads th
 `to=onnx` takes every model (encoder, decoder, encoder-decoder) and checks the graph with ONNX Runtime.
 A model a format cannot express is refused in one line saying why and what would work. The files are
 written into a new folder beside `out`, checked, then renamed to `out` (`files.replacing_folder`): an
-interrupted export leaves nothing a library would load, and `out` may hold only a previous export of the same
-format (anything else is refused, or replaced whole with `overwrite=true`). The formats'
+interrupted export leaves nothing a library would load. `out` may hold only this project's earlier export
+of the same format, known by the manifest it wrote beside its files (`files.MANIFEST`: each file's
+sha256), not by their names; anything else is refused, or replaced whole with `overwrite=true`, except
+the folder the model was made from (its hf: folder, its run, the weights its run started from), which is
+never replaced. The formats'
 libraries are the optional `[interop]` extra (`pip install "transformer-lab[interop]"`). What each file
 holds, weight by weight: docs/interop.md and `transformer_lab.interop`. The other direction is
 `ckpt_path=hf:<folder>` in any tool (`transformer_lab.load("hf:<folder>")`). `to=sae_lens` writes an SAE
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
     from transformer_lab.checkpoint import Checkpoint
 
 FORMATS = ("transformer_lens", "huggingface", "onnx", "sae_lens")  # interop.FORMATS, without torch
-WRITES = {  # the files each format writes: a folder of these alone is an earlier export, replaced whole
+WRITES = {  # the files each format writes (beside files.MANIFEST, which lists them with their sha256)
     "transformer_lens": {"config.json", "model.safetensors", "vocab.json", "tokenizer.json"},
     "huggingface": {
         *("config.json", "generation_config.json", "model.safetensors", "tokenizer.json"),
@@ -45,8 +48,8 @@ KEYS = {
     "ckpt_path": "checkpoint (required): <run>/checkpoints/best.ckpt, a run directory, pretrained:<name> or "
     "hf:<folder>",
     "to": f"the format (required): {' | '.join(FORMATS)}",
-    "out": "the folder to write the files into (required; made if missing, or an earlier export of the same "
-    "format, replaced whole)",
+    "out": "the folder to write the files into (required; made if missing, or this project's earlier export "
+    "of the same format, replaced whole)",
     "overwrite": "true: replace out= whole even if it holds other files (default false)",
     "prompt": "to=huggingface: the text the printed example continues (default: the start of a test example)",
     "sae": "to=sae_lens: the SAE run to write (python train.py experiment=sae ...)",
@@ -118,37 +121,56 @@ def export(checkpoint: Checkpoint, to: str, out: Path, prompt: str | None = None
     return lines
 
 
+def sources(location: str | None, checkpoint: Checkpoint | None = None) -> tuple[Path, ...]:
+    """What an export is made from, which its `out` must neither be nor hold: the folder of hf:<folder>
+    or saelens:<folder>, a checkpoint file or run, and the weights its run started from (`init_from=`,
+    as the checkpoint records it)."""
+    from pathlib import Path
+
+    found = []
+    for where in (location, checkpoint.init_from if checkpoint is not None else None):
+        if not where or where.startswith("pretrained:"):
+            continue
+        path = Path(where.split(":", 1)[1] if where.startswith(("hf:", "saelens:")) else where).expanduser()
+        if path.exists():
+            found.append(path)
+    return tuple(found)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = output_dir(args["out"], "out")
-    from transformer_lab.files import replacing_folder, require_replaceable
+    from transformer_lab.files import replacing_folder, require_replaceable, write_manifest
 
-    overwrite = args.get("overwrite") == "true"
-    require_replaceable(out, "out", WRITES[args["to"]], overwrite)  # before the model is read
-    if args["to"] == "sae_lens":
+    to, overwrite = args["to"], args.get("overwrite") == "true"
+    source = args.get("sae") if to == "sae_lens" else args["ckpt_path"]
+    require_replaceable(out, "out", to, overwrite, sources(source))  # before the model is read
+    if to == "sae_lens":
         from transformer_lab.interop import sae_lens_export
         from transformer_lab.sae_checkpoint import load_sae
 
         starting(f"Loading {args['sae']} to export it to sae_lens")
         run = load_sae(args["sae"], source=args.get("ckpt_path"))
         model = (run.record or {}).get("location") or (run.record or {}).get("model_name") or "none"
-        with replacing_folder(out, "out", WRITES["sae_lens"], overwrite) as folder:
+        with replacing_folder(out, "out", to, overwrite, sources(source)) as folder:
             lines = sae_lens_export.export(run.sae, folder, model, args["sae"])
+            write_manifest(folder, to, args["sae"])
         for line in lines:
             print(line.replace(str(folder), str(out)))  # the folder by the name it has now
         return
-    starting(f"Loading {args['ckpt_path']} to export it to {args['to']}")
+    starting(f"Loading {args['ckpt_path']} to export it to {to}")
     from transformer_lab.checkpoint import load
 
     checkpoint = load(args["ckpt_path"], device="cpu")
-    with replacing_folder(out, "out", WRITES[args["to"]], overwrite) as folder:
-        lines = export(checkpoint, args["to"], folder, args.get("prompt"))
+    with replacing_folder(out, "out", to, overwrite, sources(source, checkpoint)) as folder:
+        lines = export(checkpoint, to, folder, args.get("prompt"))
         written = {p.name for p in folder.iterdir()}
         require(
-            written <= WRITES[args["to"]],
-            f"to={args['to']} wrote {', '.join(sorted(written - WRITES[args['to']]))}, which export.WRITES "
-            "does not list; report it",
+            written <= WRITES[to],
+            f"to={to} wrote {', '.join(sorted(written - WRITES[to]))}, which export.WRITES does not list; "
+            "report it",
         )
+        write_manifest(folder, to, args["ckpt_path"])
     for line in lines:
         print(line.replace(str(folder), str(out)))  # the folder by the name it has now
 

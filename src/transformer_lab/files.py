@@ -14,6 +14,7 @@ aliases expand to 10^9 nodes).
 
 import contextlib
 import glob
+import hashlib
 import json
 import math
 import os
@@ -30,6 +31,7 @@ from typing import BinaryIO
 
 import yaml
 
+from transformer_lab import signals
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.limits import require_memory, size_text
 
@@ -67,6 +69,7 @@ def reading(what: str, failed: str = "cannot be read") -> Iterator[None]:
     except RecursionError as exc:
         raise ConfigError(f"{what} {failed} (it is nested too deeply)") from exc
     except BaseException as exc:  # native libraries' panics are BaseExceptions
+        signals.raise_pending()  # a signal the library turned into an error of its own: the signal
         kind = "the library under it panicked: " if type(exc).__name__ == "PanicException" else ""
         raise ConfigError(f"{what} {failed} ({kind}{first_line(exc)})") from exc
 
@@ -109,31 +112,89 @@ def write_figure(path: str | Path, figure: object, dpi: int = 100) -> Path:
     return write_atomically(path, lambda f: figure.savefig(f, format=path.suffix[1:] or "png", dpi=dpi))
 
 
-def require_replaceable(out: Path, key: str, own_files: set[str], overwrite: bool = False) -> None:
-    """A one-line ConfigError unless `out` may be replaced by a new folder of results: missing, empty or
-    a previous result of the same kind (only regular files named in `own_files`), or anything but a
-    symlink with `overwrite`. The user's other files, another format's export, or a symlink inside that a
-    write would follow out of the folder are refused before any work is done."""
+MANIFEST = "transformer-lab-export.json"  # what an export wrote: its format and each file's sha256
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path, kind: str, source: str) -> None:
+    """Record in `folder` what this project wrote there: `kind` (the format), `source` (what it was made
+    from) and each file's sha256, so that a later write knows its own earlier output (`own_folder`)."""
+    files = {p.name: sha256_of(p) for p in sorted(folder.iterdir()) if p.name != MANIFEST}
+    record = {"written_by": "transformer-lab", "format": kind, "source": source, "files": files}
+    write_text(folder / MANIFEST, json.dumps(record, indent=1) + "\n")
+
+
+def own_folder(out: Path, kind: str) -> str | None:
+    """None if `out` holds exactly what this project wrote there as `kind` (its manifest's files, each a
+    regular file with the sha256 it had), else what is wrong with it, in a few words."""
+    entries = {p.name: p for p in out.iterdir()}
+    if MANIFEST not in entries:
+        names = sorted(entries)
+        return f"holds {', '.join(names[:4])}{' ...' if len(names) > 4 else ''}, which this did not write"
+    try:
+        record = json.loads(read_text(entries[MANIFEST]))
+        files, written = record["files"], record["format"]
+        require(isinstance(files, dict) and isinstance(written, str), "")
+    except (ConfigError, ValueError, KeyError, TypeError):
+        return f"holds a {MANIFEST} this did not write"
+    if written != kind:
+        return f"holds a to={written} export"
+    for name, path in sorted(entries.items()):
+        if name == MANIFEST:
+            continue
+        if name not in files or path.is_symlink() or not path.is_file():
+            return f"holds {name}, which this did not write"
+        if sha256_of(path) != files[name]:
+            return f"holds {name} changed since this wrote it"
+    return None
+
+
+def require_replaceable(
+    out: Path, key: str, kind: str, overwrite: bool = False, sources: tuple[Path, ...] = ()
+) -> None:
+    """A one-line ConfigError unless `out` may be replaced by a new folder of results of `kind`: missing,
+    empty, or this project's own earlier output of that kind (`own_folder`: known by its manifest, not
+    by its file names), or, with `overwrite`, any folder but a symlink. Never a folder that is, or holds,
+    one of `sources` (what the results are made from: a model's own folder or run), whatever `overwrite`
+    says. Checked before any work is done."""
     require(not out.is_symlink(), f"{key}={out} is a symlink; name a folder of its own to write into")
-    if out.exists() and not overwrite:
-        entries = sorted(out.iterdir())
-        others = [p.name for p in entries if p.is_symlink() or not p.is_file() or p.name not in own_files]
+    here = out.resolve()
+    for source in sources:
+        found = source.resolve()
         require(
-            not others,
-            f"{key}={out} holds {', '.join(others[:4])}{' ...' if len(others) > 4 else ''}, which this did "
-            f"not write; choose a new or empty folder, or add overwrite=true to replace {out} whole",
+            not (found == here or here in found.parents),
+            f"{key}={out} {'is' if found == here else 'holds'} {source}, which this is made from; write it "
+            "to another folder (overwrite=true never replaces a model's own source)",
+        )
+    if out.exists() and not overwrite:
+        require(out.is_dir(), f"{key}={out} is a file, not a folder; name a folder to write into")
+        wrong = own_folder(out, kind) if any(out.iterdir()) else None
+        require(
+            wrong is None,
+            f"{key}={out} {wrong}; choose a new or empty folder, or add overwrite=true to replace it whole",
         )
 
 
 @contextmanager
-def replacing_folder(out: Path, key: str, own_files: set[str], overwrite: bool = False) -> Iterator[Path]:
+def replacing_folder(
+    out: Path, key: str, kind: str, overwrite: bool = False, sources: tuple[Path, ...] = ()
+) -> Iterator[Path]:
     """A new, empty folder beside `out` to write a folder of results into; when the block ends without
     an error, it is renamed to `out` (replacing a previous one whole, `require_replaceable`; with
     `overwrite` whatever is there, its links removed, never followed). An error, Ctrl-C or SIGTERM inside
     removes it, so `out` is never half written: a library pointed at it finds the previous result or none,
-    never a model without its vocabulary. A folder left by a process that was killed (SIGKILL runs no
-    cleanup) is removed at the next write."""
-    require_replaceable(out, key, own_files, overwrite)
+    never a model without its vocabulary. Its files get the umask's permissions (as any new file; some
+    libraries write theirs 0600). A folder left by a process that was killed (SIGKILL runs no cleanup) is
+    removed at the next write."""
+    require_replaceable(out, key, kind, overwrite, sources)
     prefix = f".{out.name}."
     for stale in out.parent.glob(f"{glob.escape(prefix)}*.tmp"):
         pid = stale.name.removeprefix(prefix).split(".")[0]
@@ -146,6 +207,9 @@ def replacing_folder(out: Path, key: str, own_files: set[str], overwrite: bool =
     folder.mkdir()
     try:
         yield folder
+        for path in folder.rglob("*"):  # the umask's permissions: some writers (safetensors) make 0600 files
+            if path.is_file() and not path.is_symlink():
+                os.chmod(path, default_mode())
         if out.exists():
             old = out.parent / f"{prefix}{os.getpid()}.old.tmp"
             os.rename(out, old)

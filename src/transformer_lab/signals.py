@@ -29,16 +29,37 @@ class Stop(BaseException):
         super().__init__(f"stopped by {self.signal_name}")
 
 
+_pending: list[BaseException] = []  # the signals received, as the exceptions they raised
+
+
 def _raise(signum: int, frame: object) -> None:
     if signal.getsignal(signum) is _raise:  # else Lightning's handler runs and calls this one too
-        raise Stop(signum)
+        _pending.append(Stop(signum))
+        raise _pending[-1]
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C: KeyboardInterrupt, as Python's own handler raises it, remembered."""
+    _pending.append(KeyboardInterrupt())
+    raise _pending[-1]
+
+
+def raise_pending() -> None:
+    """Raise the signal this process received, if one came: for a reader whose library turned the
+    exception a signal raised inside it into an error of its own (torch.load's unpickler reports
+    "could not determine the shape ..."), so that the signal ends the command, not a wrong verdict on
+    the file."""
+    if _pending:
+        raise _pending[-1]
 
 
 def install() -> None:
     """SIGTERM raises `Stop` from now on (in the main thread), unless the process was started with
-    another handler for it (a launcher's, or SIGTERM ignored)."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
-        signal.SIG_DFL,
-        _raise,
-    ):
+    another handler for it (a launcher's, or SIGTERM ignored); both it and Ctrl-C are remembered
+    (`raise_pending`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _raise):
         signal.signal(signal.SIGTERM, _raise)
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _interrupt):
+        signal.signal(signal.SIGINT, _interrupt)

@@ -14,6 +14,7 @@ Each file is an ordinary checkpoint (`transformer_lab.load(snapshot.path)`). Imp
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -61,6 +62,17 @@ def folder(location: str | Path) -> Path | None:
     )
 
 
+def _one_per_step(snapshots: list[Snapshot], location: str | Path) -> list[Snapshot]:
+    """The snapshots, each step once: two files or folders naming the same step (step0 and step00) are
+    refused in one line, not measured twice."""
+    for before, after in itertools.pairwise(snapshots):
+        require(
+            before.step != after.step,
+            f"{location} holds {before.path.name} and {after.path.name}, both step {after.step}; keep one",
+        )
+    return snapshots
+
+
 def hf_series(location: str | Path) -> list[Snapshot]:
     """The checkpoints over training of `hf:<folder>`: its step<N>/ folders holding a config.json, each
     a snapshot named `hf:<folder>/step<N>` (what `transformer_lab.load` opens), oldest first; [] where the
@@ -73,7 +85,7 @@ def hf_series(location: str | Path) -> list[Snapshot]:
         match = HF_STEP.fullmatch(child.name)
         if match and child.is_dir() and (child / "config.json").is_file():
             found.append(Snapshot(int(match.group(1)), Path(f"hf:{child}")))
-    return sorted(found, key=lambda s: s.step)
+    return _one_per_step(sorted(found, key=lambda s: s.step), location)
 
 
 def find(location: str | Path) -> list[Snapshot]:
@@ -108,7 +120,7 @@ def find(location: str | Path) -> list[Snapshot]:
         )
         files = [f for f in found.iterdir() if NAME.fullmatch(f.name)]
     snapshots = [Snapshot(int(NAME.fullmatch(f.name).group(1)), f) for f in files]
-    return sorted(snapshots, key=lambda s: s.step)
+    return _one_per_step(sorted(snapshots, key=lambda s: s.step), location)
 
 
 def runs(location: str | Path) -> list[Path]:

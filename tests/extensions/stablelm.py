@@ -8,7 +8,6 @@ from transformer_lab.interop.families import (
     Weight,
     choice,
     common_lacks,
-    eos_id,
     flag,
     number,
     refuse_present,
@@ -16,6 +15,7 @@ from transformer_lab.interop.families import (
     rope,
     sizes,
     special_ids,
+    special_tokens,
 )
 
 SIZES = {
@@ -39,7 +39,7 @@ def model_config(hf: dict, where: str) -> dict:
         "activation": choice(hf, where, "hidden_act", "silu", {"silu": "swiglu"}),
         "bias": False, "norm_bias": True, "qkv_bias": flag(hf, where, "use_qkv_bias", False),
         "tie_embeddings": flag(hf, where, "tie_word_embeddings", False), "output_mlp": False,
-        "eos_id": eos_id(hf, shape["vocab_size"]),
+        **special_tokens(hf, shape["vocab_size"]),
     }  # fmt: skip
 
 

@@ -144,6 +144,7 @@ class TaskDataModule:
         return {
             "vocab_size": len(self.vocab),
             "vocab": list(self.vocab),
+            "unused_rows": getattr(self.tokenizer, "unused_rows", 0),  # a hub model's padded rows
             "num_classes": self.num_classes,
             "pad_id": self.pad_id,
             "bos_id": self.bos_id,

@@ -21,6 +21,7 @@ structure; a bad one is a one-line ConfigError.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -246,7 +247,24 @@ class BPETokenizer(_Vocabulary):
         for token, index in vocab.items():
             itos[index] = token
         self._itos = itos
+        self.unused_rows = 0  # ids after the tokenizer's own (`padded`)
         self.kind = "bpe" if model["type"] == "BPE" else model["type"].lower()
+
+    def padded(self, rows: int) -> BPETokenizer:
+        """This tokenizer for a model of `rows` embedding rows, more than its tokens (hub models pad their
+        vocabulary to a multiple of 64 or 128): the ids after its own are unused, named `<unused_i>`,
+        never made by `encode` nor written by `decode`."""
+        require(
+            rows >= len(self._itos) - self.unused_rows,
+            f"{self.where} has {len(self._itos)} tokens, more than the {rows} rows of its model's embedding; "
+            "a token no row holds cannot be read",
+        )
+        out = copy.copy(self)
+        own = len(self._itos) - self.unused_rows
+        out._itos = self._itos[:own] + [unused_name(i) for i in range(own, rows)]
+        out.unused_rows = rows - own
+        out.__dict__.pop("_texts", None)
+        return out
 
     @classmethod
     def from_file(cls, path: str | Path) -> BPETokenizer:
@@ -343,14 +361,17 @@ class BPETokenizer(_Vocabulary):
         part is missing reads as U+FFFD."""
         if isinstance(ids, Tensor):
             ids = ids.tolist()
-        return self._hf.decode([i for i in ids if i not in skip], skip_special_tokens=False)
+        own = len(self._itos) - self.unused_rows  # an unused row writes nothing
+        return self._hf.decode([i for i in ids if i not in skip and i < own], skip_special_tokens=False)
 
     @cached_property
     def _texts(self) -> list[str]:
         """Each token's own text: its bytes as UTF-8, a byte that is part of a character shown as \\xNN."""
         texts = []
-        for token in self._itos:
-            if self.byte_level and all(c in BYTE_OF for c in token):
+        for index, token in enumerate(self._itos):
+            if index >= len(self._itos) - self.unused_rows:
+                texts.append(token)  # <unused_i>, as the vocabulary names it
+            elif self.byte_level and all(c in BYTE_OF for c in token):
                 data = bytes(BYTE_OF[c] for c in token)
                 texts.append(data.decode("utf-8", errors="backslashreplace"))
             elif self.metaspace is not None:  # "▁the" is " the"; "<0xE6>" one byte of a character
@@ -375,6 +396,11 @@ class BPETokenizer(_Vocabulary):
     def names(self) -> list[str]:
         """Each id's name in a tool's output: `display` (a word's leading space is visible)."""
         return self.display(range(len(self._itos)))
+
+
+def unused_name(index: int) -> str:
+    """How an unused row of a padded vocabulary is named wherever a tool lists rows: `<unused_50277>`."""
+    return f"<unused_{index}>"
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
@@ -413,6 +439,10 @@ def tokenizer_from_record(record: dict, vocab: Sequence[str], where: str) -> Any
         return Tokenizer(vocab, record["separator"])
     require(isinstance(text, str), f"{where}: its task record's tokenizer must be tokenizer.json text")
     tokenizer = BPETokenizer(text, f"{where}'s tokenizer")
+    if len(vocab) > len(tokenizer) and list(vocab[len(tokenizer) :]) == [
+        unused_name(i) for i in range(len(tokenizer), len(vocab))
+    ]:
+        tokenizer = tokenizer.padded(len(vocab))  # a hub model's unused rows (ModelConfig.unused_rows)
     require(
         tokenizer.vocab == list(vocab),
         f"{where}: its tokenizer's vocabulary ({len(tokenizer)} tokens) is not the model's ({len(vocab)}); "

@@ -51,6 +51,7 @@ SIZES = (
     "unembed_bias",
     "vocab_size",
     "vocab",
+    "unused_rows",
     "num_classes",
     "pad_id",
     "bos_id",

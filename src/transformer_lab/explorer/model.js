@@ -563,7 +563,8 @@
         } else {
           logits = run(out.slice(length - 1, length));
         }
-        const next = sampleNext(logits, opts.temperature ?? 0, opts.topK ?? null, opts.topP ?? null, opts.random || Math.random);
+        const usable = logits.subarray(0, c.vocab_size - (c.unused_rows || 0)); // never an unused row
+        const next = sampleNext(usable, opts.temperature ?? 0, opts.topK ?? null, opts.topP ?? null, opts.random || Math.random);
         out.push(next);
         if (opts.onToken) opts.onToken(next);
         if (eos !== null && next === eos) break;

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer_lab import snapshots
+from transformer_lab import signals, snapshots
 from transformer_lab.data.text import SHAKESPEARE_SHA256
 from transformer_lab.data.tokenizer import MAX_TOKENIZER_JSON, BPETokenizer
 from transformer_lab.errors import ConfigError, require
@@ -74,13 +74,17 @@ def read(location: str) -> dict:
     family = families.family_of(hf, where)
     config = _model_config(family.model_config(hf, where), where, family)
     tokenizer = read_tokenizer(folder, location)
-    vocab = BPETokenizer(tokenizer, f"{location}'s tokenizer").vocab
+    own = BPETokenizer(tokenizer, f"{location}'s tokenizer")
     require(
-        len(vocab) == config.vocab_size,
-        f"{location}: its tokenizer has {len(vocab)} tokens but config.json's model has {config.vocab_size} "
-        "(vocab_size); the tools need one token per embedding: save the model's own tokenizer beside it",
+        len(own) <= config.vocab_size,
+        f"{location}: its tokenizer has {len(own)} tokens but config.json's model has {config.vocab_size} "
+        "embedding rows (vocab_size), and a token no row holds cannot be read; save the model's own "
+        "tokenizer beside it",
     )
+    vocab = own.padded(config.vocab_size).vocab  # rows after the tokenizer's: unused (<unused_i>)
+    config.unused_rows = config.vocab_size - len(own)
     config.vocab = vocab
+    _special_tokens_of_tokenizer(folder, location, config)
     config.check()
     skeleton = _skeleton(config)
     mapping = family.weights(config)
@@ -147,10 +151,8 @@ def _read_text(path: Path, location: str, limit: int, what: str) -> str:
 def read_json(path: Path, location: str, limit: int = MAX_JSON, what: str = "a saved model has") -> dict:
     """A JSON object from a regular file of at most `limit` bytes."""
     text = _read_text(path, location, limit, what)
-    try:
+    with reading(f"{location}: {path.name}", "is not valid JSON"):  # nested 200,000 deep: RecursionError
         value = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"{location}: {path.name} is not valid JSON ({exc})") from None
     require(isinstance(value, dict), f"{location}: {path.name} is not a JSON object")
     return value
 
@@ -178,13 +180,16 @@ def read_weights(
     if (folder / "model.safetensors").exists():
         files = {"model.safetensors": None}
     elif (folder / "model.safetensors.index.json").exists():
-        files = _shards(folder, location)
+        files = _shards(folder, location, "model.safetensors.index.json", ".safetensors")
     elif (folder / "pytorch_model.bin").exists():
-        return _read_bin(folder / "pytorch_model.bin", location, family, expected)
+        return _read_bins(folder, ["pytorch_model.bin"], location, family, expected)
+    elif (folder / "pytorch_model.bin.index.json").exists():
+        shards = list(_shards(folder, location, "pytorch_model.bin.index.json", ".bin"))
+        return _read_bins(folder, shards, location, family, expected)
     else:
         raise ConfigError(
-            f"{location} holds no weights (model.safetensors, model.safetensors.index.json or "
-            "pytorch_model.bin); save the model with save_pretrained"
+            f"{location} holds no weights (model.safetensors, model.safetensors.index.json, "
+            "pytorch_model.bin or pytorch_model.bin.index.json); save the model with save_pretrained"
         )
     found: dict[str, tuple[str, str, tuple[int, ...]]] = {}  # name -> (file, dtype, shape)
     for name in files:
@@ -201,19 +206,21 @@ def read_weights(
     return tensors
 
 
-def _shards(folder: Path, location: str) -> dict[str, None]:
-    index = read_json(folder / "model.safetensors.index.json", location)
+def _shards(folder: Path, location: str, index_name: str, suffix: str) -> dict[str, None]:
+    """The shard files an index (`model.safetensors.index.json`, `pytorch_model.bin.index.json`) names:
+    files of the folder itself, each ending in `suffix`."""
+    index = read_json(folder / index_name, location)
     weight_map = index.get("weight_map")
     require(
         isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values()),
-        f"{location}: model.safetensors.index.json has no weight_map of names to files",
+        f"{location}: {index_name} has no weight_map of names to files",
     )
     files = sorted(set(weight_map.values()))
     for name in files:
         require(
-            Path(name).name == name and name.endswith(".safetensors"),
-            f"{location}: model.safetensors.index.json names the file {name!r}, which is not a .safetensors "
-            "file of the folder itself",
+            Path(name).name == name and name.endswith(suffix),
+            f"{location}: {index_name} names the file {name!r}, which is not a {suffix} file of the folder "
+            "itself",
         )
     return dict.fromkeys(files)
 
@@ -266,34 +273,45 @@ def _require_room(skeleton: torch.nn.Module, location: str) -> None:
     require_memory(8 * elements, f"the model of {location}", "it is too large for this machine")
 
 
-def _read_bin(path: Path, location: str, family: families.Family, expected: dict) -> dict[str, Tensor]:
-    """pytorch_model.bin with `torch.load(weights_only=True)`, after the zip's own checks (a pickle that
-    names code is refused in one line, and nothing of it runs)."""
-    require_regular_file(path, "file", 1 << 50)
-    with open(path, "rb") as f:
-        zipped = f.read(4) == b"PK\x03\x04"
-    require(
-        zipped,
-        f"{location}: {path.name} is not the zip archive torch.save writes (a legacy-format pickle is not "
-        "read); save the model with save_pretrained (safetensors)",
-    )
-    require_small_unpacked(path)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as exc:  # torch.load raises many types for a bad file
-        if "Weights only load failed" in str(exc):
-            raise unpickling_refusal(path, exc) from None
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise ConfigError(f"{location}: {path.name} is not a readable weights file: {first}") from None
-    require(
-        isinstance(state, dict)
-        and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in state.items()),
-        f"{location}: {path.name} is not a state dict (names to tensors)",
-    )
-    names = _check_names(
+def _read_bins(
+    folder: Path, names: list[str], location: str, family: families.Family, expected: dict
+) -> dict[str, Tensor]:
+    """pytorch_model.bin (or its shards) with `torch.load(weights_only=True)`, after the zip's own checks
+    (a pickle that names code is refused in one line, and nothing of it runs); every name and shape
+    checked once all are read (memory-mapped: nothing is copied until it is used)."""
+    state: dict[str, Tensor] = {}
+    for name in names:
+        path = folder / name
+        require(path.exists(), f"{location}: the weights file {name} is missing")
+        require_regular_file(path, "file", 1 << 50)
+        with open(path, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"
+        require(
+            zipped,
+            f"{location}: {name} is not the zip archive torch.save writes (a legacy-format pickle is not "
+            "read); save the model with save_pretrained (safetensors)",
+        )
+        require_small_unpacked(path)
+        try:
+            part = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as exc:  # torch.load raises many types for a bad file
+            signals.raise_pending()  # a signal during the read ends as the signal, not as the file's fault
+            if "Weights only load failed" in str(exc):
+                raise unpickling_refusal(path, exc) from None
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ConfigError(f"{location}: {name} is not a readable weights file: {first}") from None
+        require(
+            isinstance(part, dict)
+            and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in part.items()),
+            f"{location}: {name} is not a state dict (names to tensors)",
+        )
+        repeated = sorted(set(part) & set(state))
+        require(not repeated, f"{location}: {name} holds {repeated[:1]}, which another shard holds too")
+        state |= part
+    checked = _check_names(
         state, location, family, expected, lambda k: state[k].shape, lambda k: state[k].dtype
     )
-    return {ours: state[key] for ours, key in names.items()}
+    return {ours: state[key] for ours, key in checked.items()}
 
 
 # ------------------------------------------------------------------------------------ the tokenizer
@@ -330,6 +348,21 @@ def read_tokenizer(folder: Path, location: str) -> str:
     if "<|endoftext|>" in vocab:
         tok.add_special_tokens([tk.AddedToken("<|endoftext|>", special=True, normalized=False)])
     return tok.to_str()
+
+
+def _special_tokens_of_tokenizer(folder: Path, location: str, config: ModelConfig) -> None:
+    """bos_id and eos_id from tokenizer_config.json's bos_token and eos_token where config.json gives
+    none (many hub folders name them only there), each a token of the vocabulary."""
+    path = folder / "tokenizer_config.json"
+    if not path.exists() or (config.bos_id is not None and config.eos_id is not None):
+        return
+    settings = read_json(path, location)
+    index = {token: i for i, token in enumerate(config.vocab)}
+    for key in ("bos", "eos"):
+        token = settings.get(f"{key}_token")
+        token = token.get("content") if isinstance(token, dict) else token
+        if getattr(config, f"{key}_id") is None and isinstance(token, str) and token in index:
+            setattr(config, f"{key}_id", index[token])
 
 
 __all__ = ["PREFIX", "read"]

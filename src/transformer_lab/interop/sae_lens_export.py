@@ -32,6 +32,9 @@ from transformer_lab.interop import require_package
 from transformer_lab.nn.sae import SparseAutoencoder
 
 WEIGHTS = "sae_weights.safetensors"
+# The SAELens config format written (6.x: the model, hook and prepend_bos in `metadata`). Without a version
+# there, SAE.load_from_disk takes a config for a pre-6.0 one and drops them.
+SAELENS_VERSION = "6.0.0"
 CONFIG = "cfg.json"
 
 
@@ -62,6 +65,8 @@ def config(sae: SparseAutoencoder, model_name: str, source: str) -> dict:
         "normalize_activations": "none",
         "reshape_activations": "hook_z" if c.hook.endswith("hook_z") else "none",
         "metadata": {
+            "sae_lens_version": SAELENS_VERSION,
+            "sae_lens_training_version": None,
             "model_name": model_name,
             "hook_name": c.hook,
             "hook_head_index": None,

@@ -81,7 +81,9 @@ class ModelConfig:
     arch: `encoder` (EncoderClassifier: a class per position), `decoder` (DecoderLM: GPT-style causal
     language model) or `encoder_decoder` (EncoderDecoder: Vaswani et al.).
     vocab / vocab_size: the tokens' strings, or only how many there are (their strings are then "0", "1",
-    ...); give either.
+    ...); give either. unused_rows: the last rows of the embedding and output layer that no token uses
+    (hub models pad theirs to a multiple of 64 or 128: Pythia-70M has 50,304 rows for 50,277 tokens):
+    never generated, named `<unused_i>` in the vocabulary.
     num_classes: an encoder's output classes (default: one per token); decoders predict tokens.
     pad_id, bos_id, eos_id, sep_id: special tokens, where the task has them. Padding positions (`pad_id`)
     are hidden from attention; `bos_id` starts and `eos_id` ends a generated sequence; `sep_id` ends a
@@ -115,6 +117,7 @@ class ModelConfig:
     arch: str = "encoder"
     vocab_size: int | None = None
     vocab: list[str] | None = None
+    unused_rows: int = 0
     num_classes: int | None = None
     pad_id: int | None = None
     bos_id: int | None = None
@@ -235,6 +238,11 @@ class ModelConfig:
         return self.attention_window
 
     @property
+    def used_tokens(self) -> int:
+        """The token ids a model may write: 0 .. vocab_size - unused_rows - 1."""
+        return self.vocab_size - self.unused_rows
+
+    @property
     def output_classes(self) -> int:
         return self.num_classes or self.vocab_size
 
@@ -263,6 +271,10 @@ class ModelConfig:
                 value is None or value <= bound,
                 f"model.{key}={value} is more than this package's limit of {bound}; use a smaller value",
             )
+        require(
+            is_int(self.unused_rows) and 0 <= self.unused_rows < self.vocab_size,
+            f"model.unused_rows={self.unused_rows!r} must be an integer from 0 to vocab_size - 1",
+        )
         for key in ("pad_id", "bos_id", "eos_id", "sep_id"):
             value = getattr(self, key)
             require(

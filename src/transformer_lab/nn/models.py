@@ -589,7 +589,8 @@ class DecoderLM(TransformerStack):
                     logits = self(out[:, length - window : length], cache)
                 else:
                     logits = self(out[:, length - 1 : length], cache)
-                next_token = sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)
+                usable = logits[:, -1, : self.config.used_tokens]  # never an unused row (a hub's padding)
+                next_token = sample_next_token(usable, temperature, top_k, top_p, generator)
                 if eos is not None:
                     next_token = next_token.masked_fill(finished[:, None], eos if pad is None else pad)
                     finished |= next_token[:, 0] == eos

@@ -18,6 +18,7 @@ the model's family, reads them.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transformer_lab.errors import ConfigError, require
@@ -34,7 +35,17 @@ log = logging.getLogger(__name__)
 # what a run may still choose of the model: dropout does nothing to the weights' shapes
 FREE = ("dropout", "input_dropout")
 # what the task states (its vocabulary, special tokens, positions), checked against the model's instead
-STATED = ("vocab", "vocab_size", "num_classes", "pad_id", "bos_id", "eos_id", "sep_id", "max_len")
+STATED = (
+    "vocab",
+    "vocab_size",
+    "unused_rows",
+    "num_classes",
+    "pad_id",
+    "bos_id",
+    "eos_id",
+    "sep_id",
+    "max_len",
+)
 
 
 def command_line() -> list[str]:
@@ -79,8 +90,13 @@ def initial_checkpoint(cfg: DictConfig) -> Checkpoint | None:
 
 def adopt(checkpoint: Checkpoint, task: TaskDataModule, settings: dict) -> dict:
     """The `model.*` settings of a run from `checkpoint`: its architecture (but what the task states, and
-    dropout) with the config's training settings; the task reads text with the model's tokenizer."""
+    dropout) with the config's training settings; the task reads text with the model's tokenizer, and
+    states the model's special tokens where it has none (a text task: the fine-tune keeps the source's
+    bos_token_id and eos_token_id, so generation still stops at the end of a text)."""
     task.use_tokenizer(checkpoint.tokenizer)
+    for key in ("bos_id", "eos_id"):  # a text task has none of its own: the model's, where it has them
+        if getattr(task, key) is None and getattr(checkpoint.config, key) is not None:
+            setattr(task, key, getattr(checkpoint.config, key))
     architecture = {k: v for k, v in checkpoint.config.to_dict().items() if k not in STATED and k not in FREE}
     kept = {k: v for k, v in settings.items() if k not in ModelConfig.__dataclass_fields__ or k in FREE}
     return kept | architecture | {"max_len": checkpoint.config.max_len}
@@ -98,3 +114,12 @@ def load_weights(model: TransformerPredictor, checkpoint: Checkpoint, location: 
     )
     model.net.load_state_dict(checkpoint.model.state_dict())
     log.info(f"Initialised from {location}: {checkpoint.model.shape()}, its tokenizer and weights")
+
+
+def recorded(location: str) -> str:
+    """`init_from=` as a run's checkpoints record it: hf:<absolute folder>, an absolute path, or
+    pretrained:<name> (an export refuses to write over what a model was made from)."""
+    if location.startswith("pretrained:"):
+        return location
+    prefix = "hf:" if location.startswith("hf:") else ""
+    return prefix + str(Path(location.removeprefix(prefix)).expanduser().resolve())

@@ -68,6 +68,7 @@ class TransformerPredictor(L.LightningModule):
         self.save_hyperparameters()
         _check_training_hparams(self.hparams)
         self.net = build_model(config)
+        self.init_from: str | None = None  # set by train.py's init_from=: its checkpoints record it
         if "ppl" in metrics:  # exp(mean loss) over the epoch, not the mean of per-batch exp(loss)
             # nan_strategy="disable": no NaN test per update (a host-device sync); a NaN loss gives NaN ppl
             self.val_loss_mean = MeanMetric(nan_strategy="disable")
@@ -182,6 +183,8 @@ class TransformerPredictor(L.LightningModule):
         task = task_of(self.trainer)
         if task is not None:
             checkpoint["task"] = task.record()
+        if self.init_from is not None:
+            checkpoint["init_from"] = self.init_from  # what the run started from (init_from.recorded)
 
     def parameter_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
         """The parameters with weight decay (weight matrices; every one with `weight_decay_on=all`) and

@@ -26,6 +26,7 @@ from transformer_lab.training.callbacks.ctrl_c import StopOnCtrlC
 from transformer_lab.training.callbacks.phase_change import PhaseChange
 from transformer_lab.training.compose import instantiate
 from transformer_lab.training.datamodule import LightningTask
+from transformer_lab.training.run_dir import remove_unused_run_dir
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +187,7 @@ def train(cfg: DictConfig) -> dict:
         model = build_predictor(settings, task)
     if initial is not None:
         init_from.load_weights(model, initial, str(cfg.init_from))
+        model.init_from = init_from.recorded(str(cfg.init_from))  # in its checkpoints: what it started from
         del initial
     threads = use_threads(cfg)
     if not isinstance(task, ActivationTask):
@@ -270,10 +272,12 @@ def stopped_by(cause: str, trainer: L.Trainer, output_dir: Path) -> str:
             f"stopped by {cause} while testing; training had finished, its checkpoints are in "
             f"{output_dir / 'checkpoints'}, no metrics.json was written"
         )
-    if saved is None:
+    if saved is None:  # nothing to resume: the run directory goes, as when a signal comes before fit
+        remove_unused_run_dir(output_dir)
+        kept = f"what the run wrote is in {output_dir}" if output_dir.exists() else "nothing was kept"
         return (
-            f"stopped by {cause} at step {trainer.global_step}, before any checkpoint was saved; nothing to "
-            "resume: start the run again"
+            f"stopped by {cause} at step {trainer.global_step}, before any checkpoint was saved; {kept}: "
+            "start the run again"
         )
     return (
         f"stopped by {cause} at step {trainer.global_step} (last.ckpt holds step {saved}); "

@@ -326,11 +326,17 @@ def rope(hf: dict, where: str, fraction_key: str | None, default_fraction: float
     return {"rotary_base": theta, "rotary_fraction": float(fraction)}
 
 
-def eos_id(hf: dict, vocab_size: int) -> int | None:
-    """Where generation ends, as transformers' generate ends it: eos_token_id (the first of a list)."""
-    eos = hf.get("eos_token_id")
-    eos = eos[0] if isinstance(eos, list) and eos else eos
-    return eos if isinstance(eos, int) and not isinstance(eos, bool) and 0 <= eos < vocab_size else None
+def special_tokens(hf: dict, vocab_size: int) -> dict:
+    """bos_id and eos_id from config.json's bos_token_id and eos_token_id (the first of a list, as
+    transformers' generate ends at it), each None where it is absent or no token's id."""
+
+    def first(key: str) -> int | None:
+        value = hf.get(key)
+        value = value[0] if isinstance(value, list) and value else value
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size
+        return value if ok else None
+
+    return {"bos_id": first("bos_token_id"), "eos_id": first("eos_token_id")}
 
 
 def special_ids(config: ModelConfig) -> dict:

@@ -44,13 +44,13 @@ from transformer_lab.interop.families import (
     Weight,
     choice,
     common_lacks,
-    eos_id,
     flag,
     number,
     register,
     setting,
     sizes,
     special_ids,
+    special_tokens,
 )
 from transformer_lab.nn import DecoderLM, ModelConfig
 
@@ -78,7 +78,7 @@ def model_config(hf: dict, where: str) -> dict:
         **shape,
         "scale_attention": flag(hf, where, "scale_attn_weights", True),
         "tie_embeddings": flag(hf, where, "tie_word_embeddings", True),
-        "eos_id": eos_id(hf, shape["vocab_size"]),
+        **special_tokens(hf, shape["vocab_size"]),
         "activation": choice(hf, where, "activation_function", "gelu_new", ACTIVATIONS),
         "norm_eps": number(hf, where, "layer_norm_epsilon", 1e-5, high=1.0),
         "norm_first": True,

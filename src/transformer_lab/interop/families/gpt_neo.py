@@ -30,12 +30,12 @@ from transformer_lab.interop.families import (
     Weight,
     choice,
     common_lacks,
-    eos_id,
     flag,
     number,
     register,
     sizes,
     special_ids,
+    special_tokens,
 )
 from transformer_lab.nn import ModelConfig
 from transformer_lab.nn.config import LIMITS
@@ -98,7 +98,7 @@ def model_config(hf: dict, where: str) -> dict:
         "window_layers": local if local else None,
         "tie_embeddings": flag(hf, where, "tie_word_embeddings", True),
         "output_mlp": False,
-        "eos_id": eos_id(hf, shape["vocab_size"]),
+        **special_tokens(hf, shape["vocab_size"]),
     }
 
 

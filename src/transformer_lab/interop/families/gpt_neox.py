@@ -32,13 +32,13 @@ from transformer_lab.interop.families import (
     Weight,
     choice,
     common_lacks,
-    eos_id,
     flag,
     number,
     register,
     rope,
     sizes,
     special_ids,
+    special_tokens,
 )
 from transformer_lab.nn import ModelConfig
 
@@ -75,7 +75,7 @@ def model_config(hf: dict, where: str) -> dict:
         "unembed_bias": False,
         "tie_embeddings": flag(hf, where, "tie_word_embeddings", False),
         "output_mlp": False,
-        "eos_id": eos_id(hf, shape["vocab_size"]),
+        **special_tokens(hf, shape["vocab_size"]),
     }
 
 

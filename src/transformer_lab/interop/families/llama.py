@@ -39,7 +39,6 @@ from transformer_lab.interop.families import (
     Weight,
     choice,
     common_lacks,
-    eos_id,
     flag,
     number,
     refuse_present,
@@ -47,6 +46,7 @@ from transformer_lab.interop.families import (
     rope,
     sizes,
     special_ids,
+    special_tokens,
 )
 from transformer_lab.nn import ModelConfig
 
@@ -109,7 +109,7 @@ def model_config(hf: dict, where: str) -> dict:
         "attention_window": window,
         "window_layers": layers,
         "output_mlp": False,
-        "eos_id": eos_id(hf, shape["vocab_size"]),
+        **special_tokens(hf, shape["vocab_size"]),
     }
 
 
