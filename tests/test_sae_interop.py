@@ -210,3 +210,64 @@ def test_with_sae_lens_itself(runs, tmp_path):
         with torch.no_grad():
             torch.testing.assert_close(ours.encode(x), theirs.encode(x), atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(ours(x), theirs.decode(theirs.encode(x)), atol=1e-5, rtol=1e-5)
+
+
+def test_sae_lens_reads_back_an_export_of_a_model_sae_and_its_evals_equal_ours(tmp_path):
+    """The round trip SAELens users make (skipped where sae_lens is not installed; `make saelens` builds
+    an environment with it and runs this): SAE.load_from_disk keeps the hook, the model's name and
+    prepend_bos; HookedSAETransformer, on the model's TransformerLens export, splices it at its hook;
+    SAELens's evals on the same tokens give this project's measures under the same names."""
+    sae_lens = pytest.importorskip("sae_lens")
+    from sae_lens import HookedSAETransformer
+    from sae_lens.evals import get_downstream_reconstruction_metrics, get_sparsity_and_variance_metrics
+    from sae_lens.training.activation_scaler import ActivationScaler
+    from transformer_lens import HookedTransformerConfig
+
+    from transformer_lab.analysis import sae_measures
+
+    run = tmp_path / "sae"
+    short = ["trainer.max_steps=60", "trainer.val_check_interval=60", "data.batch_size=256", "threads=1"]
+    model_args = ["source=pretrained:induction_heads", "hook=blocks.0.hook_attn_out"]
+    train(compose_train_config(run, *model_args, *short, base=["experiment=sae", *COMMON]))
+    export = load_script("export").main
+    export([f"sae={run}", "to=sae_lens", f"out={tmp_path / 'sl'}"])
+    export(["ckpt_path=pretrained:induction_heads", "to=transformer_lens", f"out={tmp_path / 'tl'}"])
+
+    sae = sae_lens.SAE.load_from_disk(str(tmp_path / "sl"))
+    metadata = sae.cfg.metadata
+    assert (metadata.hook_name, metadata.model_name, metadata.prepend_bos) == (
+        "blocks.0.hook_attn_out",
+        "pretrained:induction_heads",
+        False,
+    )
+    config = json.loads((tmp_path / "tl" / "config.json").read_text())
+    model = HookedSAETransformer(HookedTransformerConfig(**config))
+    model.load_state_dict(load_file(tmp_path / "tl" / "model.safetensors"))
+    model.add_sae(sae)
+    ours = transformer_lab.load_sae(run)
+    (tokens,), _ = ours.source.examples(32)
+    _, cache = model.run_with_cache(tokens)
+    assert "blocks.0.hook_attn_out.hook_sae_acts_post" in cache  # spliced, not skipped
+    model.reset_saes()
+
+    class Tokens:  # the activation store SAELens's evals ask for tokens
+        def get_batch_tokens(self, count):
+            return tokens[:count]
+
+    common = dict(activation_store=Tokens(), activation_scaler=ActivationScaler(), n_batches=1)
+    theirs, _ = get_sparsity_and_variance_metrics(
+        sae, model, **common, compute_l2_norms=False, compute_sparsity_metrics=True,
+        compute_variance_metrics=True, compute_featurewise_density_statistics=False,
+        eval_batch_size_prompts=len(tokens), model_kwargs={},
+    )  # fmt: skip
+    theirs |= get_downstream_reconstruction_metrics(
+        sae, model, **common, compute_kl=False, compute_ce_loss=True, eval_batch_size_prompts=len(tokens)
+    )
+    labels = torch.full_like(tokens, -100)
+    labels[:, :-1] = tokens[:, 1:]  # SAELens's loss: the next token at every position but the last
+    sums = sae_measures.empty_sums(ours.sae.width, ours.sae.config.d_in)
+    with torch.no_grad():
+        sae_measures.add(sums, sae_measures.model_sums(ours.source.model, ours.sae, (tokens,), labels))
+    measured = sae_measures.measures(sums)
+    for name in ("l0", "l1", "mse", "explained_variance", "cossim", "ce_loss_score", "ce_loss_with_sae"):
+        assert measured[name] == pytest.approx(theirs[name], rel=1e-4, abs=1e-5), name

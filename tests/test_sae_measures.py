@@ -67,7 +67,7 @@ def independent(model, sae: SparseAutoencoder, tokens: torch.Tensor, labels: tor
     density = (f > 0).double().mean(0)
     return {
         "explained_variance": float(1 - residual / total),
-        "mse": float((x - x_hat).pow(2).mean()),
+        "mse": float((x - x_hat).pow(2).sum(-1).mean()),  # SAELens's: summed over dimensions, per position
         "l0": float((f > 0).double().sum(-1).mean()),
         "l1": float(f.sum(-1).mean()),
         "cossim": float(F.cosine_similarity(x, x_hat, dim=-1).mean()),
@@ -78,8 +78,8 @@ def independent(model, sae: SparseAutoencoder, tokens: torch.Tensor, labels: tor
         "kl_div_with_sae": kl["with"],
         "kl_div_with_ablation": kl["ablation"],
         "kl_div_score": (kl["ablation"] - kl["with"]) / kl["ablation"],
-        "dead_features": float((density == 0).double().mean()),
-        "dense_features": float((density > 0.1).double().mean()),
+        "dead_feature_share": float((density == 0).double().mean()),
+        "dense_feature_share": float((density > 0.1).double().mean()),
     }
 
 

@@ -25,7 +25,16 @@ SMALL = [
     "trainer.max_steps=600",
     "trainer.val_check_interval=300",
 ]
-MEASURES = ("l0", "l1", "mse", "explained_variance", "cossim", "dead_features", "dense_features", "loss")
+MEASURES = (
+    "l0",
+    "l1",
+    "mse",
+    "explained_variance",
+    "cossim",
+    "dead_feature_share",
+    "dense_feature_share",
+    "loss",
+)
 
 
 def test_the_synthetic_key_in_a_short_run(tmp_path):
@@ -47,7 +56,7 @@ def test_the_synthetic_key_in_a_short_run(tmp_path):
         "train/loss",
         "train/reconstruction_loss",
         "train/l0",
-        "train/dead_features",
+        "train/dead_feature_share",
         "val/explained_variance",
     } <= set(scalars)
 

@@ -1,8 +1,11 @@
-"""The measures SAEs are compared by, under the names SAELens writes in its metrics (its `evals.py`):
+"""The measures SAEs are compared by, under the names SAELens writes in its metrics (its `evals.py`),
+each meaning what it means there (checked against SAELens's evals on the same SAE and tokens:
+tests/test_sae_interop.py), and two of this project's own (the shares of dead and dense features):
 
     l0                     mean over positions of the number of active features, sum_i [f_i > 0]
     l1                     mean over positions of sum_i f_i
-    mse                    mean squared error per entry, (1 / N d) sum_n ||x_n - x_hat_n||^2
+    mse                    mean over positions of the squared error summed over the activation's
+                           dimensions, (1 / N) sum_n ||x_n - x_hat_n||^2 (SAELens's, as its training's)
     explained_variance     1 - sum_n ||x_n - x_hat_n||^2 / sum_n ||x_n - mean(x)||^2
     cossim                 mean over positions of cos(x_n, x_hat_n)
     ce_loss_without_sae    the model's loss on its task's labels (cross-entropy, mean over labelled outputs)
@@ -13,8 +16,8 @@
     kl_div_with_sae        KL(clean || with the reconstruction) of the output distributions, mean over the
                            labelled outputs;  kl_div_with_ablation: the same with zeros
     kl_div_score           (kl_div_with_ablation - kl_div_with_sae) / kl_div_with_ablation
-    dead_features          the share of features that never fire on the examples (density 0)
-    dense_features         the share of features firing on more than DENSE of the positions
+    dead_feature_share     the share of features that never fire on the examples (density 0)
+    dense_feature_share    the share of features firing on more than DENSE of the positions
     feature_density        each feature's share of positions it fires on (a histogram of log10 of it:
                            `density_histogram`)
 
@@ -49,8 +52,6 @@ SAELENS_NAMES = (
     "kl_div_score",
     "kl_div_with_sae",
     "kl_div_with_ablation",
-    "dead_features",
-    "dense_features",
 )
 
 
@@ -165,17 +166,16 @@ def measures(sums: dict[str, Tensor]) -> dict[str, float]:
     n = float(sums["positions"])
     if n == 0:
         return {}
-    d = sums["sum_x"].numel()
     total = float(sums["squared_norm"] - sums["sum_x"].pow(2).sum() / n)
     density = sums["fired"] / n
     out = {
         "l0": float(sums["l0"]) / n,
         "l1": float(sums["l1"]) / n,
-        "mse": float(sums["squared_error"]) / (n * d),
+        "mse": float(sums["squared_error"]) / n,
         "explained_variance": 1 - float(sums["squared_error"]) / total if total > 0 else float("nan"),
         "cossim": float(sums["cossim"]) / n,
-        "dead_features": float((density == 0).double().mean()),
-        "dense_features": float((density > DENSE).double().mean()),
+        "dead_feature_share": float((density == 0).double().mean()),
+        "dense_feature_share": float((density > DENSE).double().mean()),
     }
     outputs = float(sums["outputs"])
     if outputs > 0:

@@ -170,7 +170,7 @@ class SAEModule(L.LightningModule):
         if self._logs_this_step():
             values = {f"{name}_loss" if name != "loss" else name: value for name, value in losses.items()}
             values["l0"] = (f > 0).sum(-1).float().mean()
-            values["dead_features"] = self.dead().float().mean()
+            values["dead_feature_share"] = self.dead().float().mean()
             values["lr"] = torch.tensor(self.lr_schedulers().get_last_lr()[0])
             self.log_dict({f"train/{k}": v for k, v in values.items()}, prog_bar=True, batch_size=len(x))
         return losses["loss"]
