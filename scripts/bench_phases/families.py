@@ -95,7 +95,7 @@ def pair(name: str, quick: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
     theirs.generation_config.pad_token_id = 0
     settings = family.model_config(config.to_dict(), name)
     ours = build_model(ModelConfig.from_dict(settings)).eval()
-    mapping = family.weights(ours.config)
+    mapping = family.mapping(ours.config)
     shapes = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
     if ours.config.tie_embeddings:
         shapes.pop("unembed.weight")

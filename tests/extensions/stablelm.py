@@ -83,7 +83,7 @@ def weights(config) -> list[Weight]:
         for name, mine in (("gate_proj", "fc_gate"), ("up_proj", "fc_in"), ("down_proj", "fc_out")):
             out.append(Weight(f"{theirs}mlp.{name}.weight", f"{ours}mlp.{mine}.weight"))
     out += [Weight(f"model.norm.{p}", f"ln_final.norm.{p}") for p in ("weight", "bias")]
-    return out + ([] if config.tie_embeddings else [Weight("lm_head.weight", "unembed.weight")])
+    return out
 
 
 FAMILY = register(

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -86,10 +87,11 @@ def read(location: str) -> dict:
     config.vocab = vocab
     _special_tokens_of_tokenizer(folder, location, config)
     config.check()
+    _require_room(config, location)  # from one block's size: a thousand layers take seconds to build
     skeleton = _skeleton(config)
-    mapping = family.weights(config)
+    mapping = family.mapping(config)
     shapes = our_shapes(skeleton)
-    state = read_weights(folder, location, family, families.expected_shapes(mapping, shapes), skeleton)
+    state = read_weights(folder, location, family, families.expected_shapes(mapping, shapes))
     weights = families.to_ours(state, mapping, shapes)
     if config.tie_embeddings:
         weights["unembed.weight"] = weights["embed.weight"]
@@ -170,13 +172,10 @@ def read_weights(
     location: str,
     family: families.Family,
     expected: dict[str, tuple[int, ...]],
-    skeleton: torch.nn.Module,
 ) -> dict[str, Tensor]:
     """The family's tensors from the folder's files (the module docstring), by their names in
     `expected` (name -> shape): every name and shape checked before a tensor is read, then read without
-    running code; first of all, the memory the config's model needs (from its sizes alone) against what
-    the machine has free."""
-    _require_room(skeleton, location)
+    running code (the memory the model needs was checked before: `_require_room`)."""
     if (folder / "model.safetensors").exists():
         files = {"model.safetensors": None}
     elif (folder / "model.safetensors.index.json").exists():
@@ -268,9 +267,18 @@ def _check_names(
     return {name: key for name, key in names.items() if name in expected}
 
 
-def _require_room(skeleton: torch.nn.Module, location: str) -> None:
-    elements = sum(t.numel() for t in skeleton.parameters()) + sum(b.numel() for b in skeleton.buffers())
-    require_memory(8 * elements, f"the model of {location}", "it is too large for this machine")
+def _require_room(config: ModelConfig, location: str) -> None:
+    """The memory the model of `config` needs (8 bytes an element: float32 weights and a copy while they
+    are read) against what the machine has free: counted on a one-layer model on the meta device, its
+    block times the layers, so that a config of absurd depth is refused at once."""
+    one = _skeleton(replace(config, num_layers=1, window_layers=None))
+
+    def elements(module: torch.nn.Module) -> int:
+        return sum(t.numel() for t in module.parameters()) + sum(b.numel() for b in module.buffers())
+
+    block = elements(one.blocks[0])
+    total = elements(one) + (config.num_layers - 1) * block
+    require_memory(8 * total, f"the model of {location}", "it is too large for this machine")
 
 
 def _read_bins(

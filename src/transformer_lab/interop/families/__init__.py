@@ -19,9 +19,10 @@ every setting this project's blocks lack refused by name; the model's structure 
 ModelConfig itself, its messages naming config.json's keys, `config_keys`), `lacks(config)` (what it
 cannot hold of a ModelConfig, for export), `hf_config(config)` (ModelConfig -> config.json) and
 `weights(config)` (each tensor's place, read both ways: `to_ours` fills this project's state_dict,
-`to_theirs` the family's). `complete(model)`, where a family needs it (GPT-2), completes this project's
-state_dict for the mapping (a positions' table, zero biases, ...). The config helpers below all take
-(hf, where, key, ...). A new family is one module named in `BUILT_IN`.
+`to_theirs` the family's; `Family.mapping` adds the output layer where it is not tied). `complete(model)`,
+where a family needs it (GPT-2), completes this project's state_dict for the mapping (a positions' table,
+zero biases, ...). The config helpers below all take (hf, where, key, ...). A new family is one module
+named in `BUILT_IN`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,13 @@ class Family:
     aliases: Mapping[str, str] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
     complete: Callable[[torch.nn.Module], dict[str, Tensor]] | None = None
+    output_layer: str = "lm_head.weight"  # its own tensor, unless tied to the embedding
+
+    def mapping(self, config: ModelConfig) -> list[Weight]:
+        """Every tensor of the family's model of `config` and its place in this project's state_dict:
+        `weights`, and the output layer where it is not the embedding's."""
+        tied = config.tie_embeddings
+        return self.weights(config) + ([] if tied else [Weight(self.output_layer, "unembed.weight")])
 
 
 FAMILIES: dict[str, Family] = {}  # every registered family by name: the registry
@@ -207,7 +215,7 @@ def export_state(family: Family, model: torch.nn.Module) -> dict[str, Tensor]:
     """The family's state_dict of a model it holds: its mapping of this project's state_dict (completed
     by the family where it needs more, `Family.complete`)."""
     state = family.complete(model) if family.complete is not None else model.state_dict()
-    return to_theirs(state, family.weights(model.config))
+    return to_theirs(state, family.mapping(model.config))
 
 
 def expected_shapes(mapping: list[Weight], shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:

@@ -123,8 +123,8 @@ def hf_config(config: ModelConfig) -> dict:
 
 
 def weights(config: ModelConfig) -> list[Weight]:
-    """Every tensor of GPT2LMHeadModel (as a GPT-2 config.json makes it) and its place in this
-    project's state_dict."""
+    """Every tensor of GPT2LMHeadModel (as a GPT-2 config.json makes it) but the output layer (added by
+    `Family.mapping`) and its place in this project's state_dict."""
     out = [
         Weight("transformer.wte.weight", "embed.weight"),
         Weight("transformer.wpe.weight", "pos_embed.embedding.weight"),
@@ -139,8 +139,6 @@ def weights(config: ModelConfig) -> list[Weight]:
             )
             out.append(Weight(f"transformer.h.{i}.{theirs}.bias", f"blocks.{i}.{ours}.bias"))
     out += [Weight(f"transformer.ln_f.{p}", f"ln_final.norm.{p}") for p in ("weight", "bias")]
-    if not config.tie_embeddings:
-        out.append(Weight("lm_head.weight", "unembed.weight"))
     return out
 
 

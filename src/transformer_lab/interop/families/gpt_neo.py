@@ -149,7 +149,8 @@ def hf_config(config: ModelConfig) -> dict:
 
 
 def weights(config: ModelConfig) -> list[Weight]:
-    """Every tensor of GPTNeoForCausalLM and its place in this project's state_dict."""
+    """Every tensor of GPTNeoForCausalLM but the output layer (`Family.mapping`) and its place in this
+    project's state_dict."""
     dim = config.model_dim
     out = [
         Weight("transformer.wte.weight", "embed.weight"),
@@ -174,8 +175,6 @@ def weights(config: ModelConfig) -> list[Weight]:
             for p in ("weight", "bias")
         ]
     out += [Weight(f"transformer.ln_f.{p}", f"ln_final.norm.{p}") for p in ("weight", "bias")]
-    if not config.tie_embeddings:
-        out.append(Weight("lm_head.weight", "unembed.weight"))
     return out
 
 

@@ -122,7 +122,8 @@ def qkv_rows(config: ModelConfig) -> list[int]:
 
 
 def weights(config: ModelConfig) -> list[Weight]:
-    """Every tensor of GPTNeoXForCausalLM and its place in this project's state_dict."""
+    """Every tensor of GPTNeoXForCausalLM but the output layer (`Family.mapping`) and its place in this
+    project's state_dict."""
     out = [Weight("gpt_neox.embed_in.weight", "embed.weight")]
     rows = qkv_rows(config)
     for i in range(config.num_layers):
@@ -137,8 +138,6 @@ def weights(config: ModelConfig) -> list[Weight]:
         for name, mine in (("dense_h_to_4h", "fc_in"), ("dense_4h_to_h", "fc_out")):
             out += [Weight(f"{theirs}mlp.{name}.{p}", f"{ours}mlp.{mine}.{p}") for p in ("weight", "bias")]
     out += [Weight(f"gpt_neox.final_layer_norm.{p}", f"ln_final.norm.{p}") for p in ("weight", "bias")]
-    if not config.tie_embeddings:
-        out.append(Weight("lm_head.weight", "unembed.weight"))
     return out
 
 

@@ -219,7 +219,8 @@ def hf_config(config: ModelConfig) -> dict:
 
 
 def weights(config: ModelConfig) -> list[Weight]:
-    """Every tensor of the model and its place in this project's state_dict."""
+    """Every tensor of the model but the output layer (`Family.mapping`) and its place in this project's
+    state_dict."""
     q, kv = config.model_dim, config.num_kv_heads * config.head_dim
     ranges = {"q_proj": (0, q), "k_proj": (q, q + kv), "v_proj": (q + kv, q + 2 * kv)}
     out = [Weight("model.embed_tokens.weight", "embed.weight")]
@@ -239,8 +240,6 @@ def weights(config: ModelConfig) -> list[Weight]:
             if config.has_bias("mlp"):
                 out.append(Weight(f"{theirs}mlp.{name}.bias", f"{ours}mlp.{mine}.bias"))
     out.append(Weight("model.norm.weight", "ln_final.norm.weight"))
-    if not config.tie_embeddings:
-        out.append(Weight("lm_head.weight", "unembed.weight"))
     return out
 
 
