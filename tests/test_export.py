@@ -319,3 +319,43 @@ def test_every_recipe_of_the_docs_trains_a_model_that_exports(tmp_path, experime
             model.unembed.bias.normal_()  # as training leaves it: a bias GPT-2 must hold
     written = set(hf_export.state_dict(model))
     assert "transformer.ln_f.bias" in written and ("lm_head.weight" in written) != model.config.tie_embeddings
+
+
+def test_patching_prompts_of_a_language_model_equals_transformer_lens(tmp_path, lens, shakespeare, capsys):
+    """analysis=patching on two prompts of a language model: the residual stream at every layer and
+    position, every MLP output, every head's output, as TransformerLens's get_act_patch_resid_pre,
+    get_act_patch_mlp_out and get_act_patch_attn_head_out_all_pos compute them on the exported model
+    (their metric values here as shares of clean - corrupted), to 1e-4."""
+    from transformer_lens import patching
+
+    from transformer_lab.analysis import interventions
+
+    export_main("ckpt_path=pretrained:shakespeare", "to=transformer_lens", f"out={tmp_path / 'tl'}")
+    lines = capsys.readouterr().out.strip().split("\n", 1)
+    prompts = {"clean": ["JULIET:", "ROMEO: "], "corrupted": ["ROMEO: ", "JULIET:"], "answer": [None, None]}
+    clean, corrupted = shakespeare.prompt_pairs(**prompts, wrong=[None, None])
+    ours = interventions.activation_patching(shakespeare.model, clean, corrupted)
+    tokens, bad_tokens = clean[0][0], corrupted[0][0]
+    tl_model = open_in_transformer_lens(lines, tokens).eval()
+    good, bad = clean[1][:, -1], corrupted[1][:, -1]
+    rows = torch.arange(len(good))
+
+    def metric(logits):
+        return (logits[rows, -1, good] - logits[rows, -1, bad]).mean()
+
+    with torch.no_grad():
+        clean_logits, clean_cache = tl_model.run_with_cache(tokens)
+        assert float(metric(clean_logits)) == pytest.approx(ours.clean, abs=1e-4)
+        assert float(metric(tl_model(bad_tokens))) == pytest.approx(ours.corrupted, abs=1e-4)
+        scale = ours.clean - ours.corrupted
+        for theirs_fn, found in (
+            (patching.get_act_patch_resid_pre, {n: v for n, v in ours.resid.items() if "resid_pre" in n}),
+            (patching.get_act_patch_mlp_out, ours.mlp),
+        ):
+            theirs = (theirs_fn(tl_model, bad_tokens, clean_cache, metric) - ours.corrupted) / scale
+            assert theirs.shape == (len(found), tokens.size(1))
+            torch.testing.assert_close(torch.tensor(list(found.values())), theirs.float(), atol=1e-4, rtol=0)
+        theirs = patching.get_act_patch_attn_head_out_all_pos(tl_model, bad_tokens, clean_cache, metric)
+        torch.testing.assert_close(
+            torch.tensor(ours.heads), ((theirs - ours.corrupted) / scale).float(), atol=1e-4, rtol=0
+        )

@@ -45,7 +45,7 @@ from transformer_lab import pretrained
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.files import reading, require_small_unpacked, unpickling_refusal
 from transformer_lab.limits import require_memory
-from transformer_lab.nn import ModelConfig, TokenModel, build_model
+from transformer_lab.nn import IGNORE_INDEX, ModelConfig, TokenModel, build_model
 from transformer_lab.nn.config import UnknownSetting
 
 if TYPE_CHECKING:
@@ -457,6 +457,87 @@ class Checkpoint:
         (labels of -100 where the task cannot say)."""
         example = self.task.text_example(self.encode(text, key))  # token ids only: no data file is read
         return self._on_device(*self.without_padding(*example))
+
+    def prompt_pairs(
+        self,
+        clean: list[str],
+        corrupted: list[str],
+        answer: list[str | None] | None = None,
+        wrong: list[str | None] | None = None,
+    ) -> tuple[Batch, Batch]:
+        """Clean and corrupted prompts of a language model, as activation patching's and a circuit's
+        pairs (TransformerLens's clean and corrupted runs): each pair of texts of as many tokens, and the
+        next tokens the metric compares at the last position, logit(answer) - logit(wrong): the tokens
+        named (`answer`, `wrong`: each text one token), or else the model's own top prediction after the
+        clean prompt and after the corrupted one. Batches whose labels are IGNORE_INDEX but at the last
+        position: the answer in the clean batch's, the wrong one in the corrupted batch's."""
+        require(
+            self.model.language_model,
+            f"clean= and corrupted= are prompts of a language model; {self.location} is not one: its "
+            "task's own corrupted pairs are used without them",
+        )
+        require(
+            len(clean) == len(corrupted) and clean,
+            f"{len(clean)} clean and {len(corrupted)} corrupted prompts: give one corrupted prompt for each",
+        )
+        rows = [
+            (self.encode(c, "clean"), self.encode(b, "corrupted"))
+            for c, b in zip(clean, corrupted, strict=True)
+        ]
+        lengths = {len(c) for c, _ in rows} | {len(b) for _, b in rows}
+        for (c, b), text in zip(rows, clean, strict=True):
+            require(
+                len(c) == len(b),
+                f"clean={text!r} has {len(c)} tokens and its corrupted prompt {len(b)}; patching pastes "
+                "position onto position: give prompts of as many tokens",
+            )
+        require(
+            len(lengths) == 1,
+            f"the prompts have {', '.join(map(str, sorted(lengths)))} tokens; give every pair as many",
+        )
+        clean_ids = torch.stack([c for c, _ in rows]).to(self.device)
+        bad_ids = torch.stack([b for _, b in rows]).to(self.device)
+
+        def token(text: str | None, key: str) -> int | None:
+            if text is None:
+                return None
+            ids = self.tokenizer.encode(text)
+            require(len(ids) == 1, f"{key}={text!r} is {len(ids)} tokens; name one token (its text)")
+            return int(ids[0])
+
+        with torch.no_grad():
+            good_top = self.model(clean_ids)[:, -1].argmax(-1).tolist()
+            bad_top = self.model(bad_ids)[:, -1].argmax(-1).tolist()
+        answers, wrongs = answer or [None] * len(rows), wrong or [None] * len(rows)
+        labels = torch.full_like(clean_ids, IGNORE_INDEX), torch.full_like(bad_ids, IGNORE_INDEX)
+        for i in range(len(rows)):
+            good = token(answers[i], "answer")
+            bad = token(wrongs[i], "wrong")
+            good, bad = good_top[i] if good is None else good, bad_top[i] if bad is None else bad
+            require(
+                good != bad,
+                f"after clean={clean[i]!r} and corrupted={corrupted[i]!r} the model predicts the same next "
+                f"token ({self.decode([good])!r}): nothing to tell apart; name answer= and wrong=",
+            )
+            labels[0][i, -1], labels[1][i, -1] = good, bad
+        return ((clean_ids,), labels[0]), ((bad_ids,), labels[1])
+
+    def patching_pairs(
+        self, count: int, position: int = 0, prompts: dict | None = None
+    ) -> tuple[Batch, Batch]:
+        """The clean and corrupted runs of activation patching and of a circuit: the prompts given
+        (`prompt_pairs`), else `count` of the task's own corrupted pairs (input token `position`
+        changed); a language model whose task's corruption changes no answer is told to give prompts."""
+        if prompts is not None:
+            return self.prompt_pairs(**prompts)
+        clean, corrupted = self.corrupted_pairs(count, position=position)
+        require(
+            bool((clean[1] != corrupted[1]).any(dim=1).all()) or not self.model.language_model,
+            f"{self.location} is a language model whose task's corruption (token {position} changed) "
+            'changes no answer it is taught; compare two prompts: clean="..." corrupted="..." (as many '
+            "tokens; answer= and wrong= name the next tokens, else the model's own), or pairs=<file.jsonl>",
+        )
+        return clean, corrupted
 
     def corrupted_pairs(self, count: int, position: int = 0, split: str = "test") -> tuple[Batch, Batch]:
         """`count` examples and a copy of each with input token `position` changed so that the output

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 import sys
 import typing
@@ -74,6 +75,52 @@ def to_number(args: dict[str, str], key: str, kind: type, default: int | float |
         return kind(text)
     except ValueError:
         raise ConfigError(f"{key}={text} is not {'an integer' if kind is int else 'a number'}") from None
+
+
+MAX_PAIRS = 4096  # prompt pairs a pairs= file may hold
+PROMPT_KEYS = ("clean", "corrupted", "answer", "wrong", "pairs")
+
+
+def prompts(args: dict[str, str]) -> dict[str, list] | None:
+    """A language model's clean and corrupted prompts from a tool's arguments (activation patching,
+    circuits): clean= and corrupted= (one pair; answer= and wrong= name the next tokens compared), or
+    pairs=<file.jsonl> (one JSON object a line: "clean", "corrupted", and "answer", "wrong" if wanted).
+    None without them. As lists, for `Checkpoint.prompt_pairs`."""
+    given = [k for k in PROMPT_KEYS if k in args]
+    if not given:
+        return None
+    if "pairs" in args:
+        require(
+            given == ["pairs"], "pairs= holds the prompts; leave clean=, corrupted=, answer= and wrong= out"
+        )
+        from transformer_lab.files import read_text
+
+        rows = []
+        lines = [line for line in read_text(args["pairs"], 16 * 2**20).splitlines() if line.strip()]
+        require(
+            0 < len(lines) <= MAX_PAIRS,
+            f"pairs={args['pairs']} holds {len(lines)} pairs; give 1 to {MAX_PAIRS}",
+        )
+        for number, line in enumerate(lines, 1):
+            try:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
+                raise ConfigError(f"pairs={args['pairs']} line {number} is not a JSON object") from None
+            ok = isinstance(row, dict) and all(isinstance(row.get(k), str) for k in ("clean", "corrupted"))
+            ok = ok and all(isinstance(row.get(k), str | None) for k in ("answer", "wrong"))
+            ok = ok and set(row) <= {"clean", "corrupted", "answer", "wrong"}
+            require(
+                ok,
+                f'pairs={args["pairs"]} line {number} must be {{"clean": "...", "corrupted": "...", '
+                '"answer": "..." (optional), "wrong": "..." (optional)}',
+            )
+            rows.append(row)
+        return {k: [row.get(k) for row in rows] for k in ("clean", "corrupted", "answer", "wrong")}
+    require(
+        "clean" in args and "corrupted" in args,
+        'give both prompts: clean="..." corrupted="..." (of as many tokens), or pairs=<file.jsonl>',
+    )
+    return {k: [args.get(k)] for k in ("clean", "corrupted", "answer", "wrong")}
 
 
 def output_file(text: str, key: str, example: str) -> Path:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, pick_device, run, starting, to_number
+from transformer_lab.cli import output_dir, parse_key_values, pick_device, prompts, run, starting, to_number
 from transformer_lab.errors import as_config_error, require
 from transformer_lab.files import write_figure, write_text
 
@@ -49,7 +49,7 @@ METHODS = ("zero", "mean")  # analysis.interventions.ABLATIONS, without importin
 ONLY_FOR = {  # the keys that apply to some analyses only
     "method": ("heads", "circuit"),
     "heads": ("heads",),
-    "position": ("patching", "circuit"),
+    **dict.fromkeys(("position", "clean", "corrupted", "answer", "wrong", "pairs"), ("patching", "circuit")),
     **dict.fromkeys(("metric", "ablation", "threshold", "steps", "verify"), ("circuit",)),
     "ci": ("heads", "patching", "lens", "faithfulness", "circuit"),
     "sae": ("features", "circuit"),
@@ -88,6 +88,12 @@ KEYS = {
     "verify": "circuit: an estimate's top edges checked by exact patching (default 20; 0: none)",
     "heads": "heads: also ablate this set at once, layer.head pairs, e.g. heads=0.1,1.3",
     "position": "patching, circuit: the source position the corruption changes (default 0)",
+    "clean": 'patching, circuit: a language model\'s clean prompt, e.g. clean="QUEEN:" (with corrupted=)',
+    "corrupted": 'patching, circuit: the corrupted prompt, of as many tokens, e.g. corrupted="ROMEO:"',
+    "answer": "patching, circuit: the next token the metric favours (default: the model's after clean=)",
+    "wrong": "patching, circuit: the next token it disfavours (default: the model's after corrupted=)",
+    "pairs": 'patching, circuit: a file of prompt pairs, a JSON object a line: {"clean", "corrupted", '
+    '"answer", "wrong"}',
     "text": 'your own input instead of test examples, e.g. text="ROMEO: I" (its output as the task says)',
     "data_path": "the task's data file, if it reads one the package does not ship (your own text)",
     "device": "auto | cpu | cuda | mps (default auto)",
@@ -237,15 +243,25 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     from transformer_lab.analysis import interventions
 
     position = to_number(args, "position", int, 0)
-    clean, corrupted = checkpoint.corrupted_pairs(count, position=position)
+    given = prompts(args)
+    clean, corrupted = checkpoint.patching_pairs(count, position, given)
     with as_config_error():
         result = interventions.activation_patching(checkpoint.model, clean, corrupted, ci_level(args))
+    if given is None:
+        what = f"{count} pairs, source token {position} changed"
+    else:
+        ids, wrong = clean[1][:, -1].tolist(), corrupted[1][:, -1].tolist()
+        tokens = checkpoint.task.display_tokens
+        pair = (
+            f"{tokens(ids[:1])[0]!r} over {tokens(wrong[:1])[0]!r}" if len(ids) == 1 else "answer over wrong"
+        )
+        what = f"{len(ids)} prompt pair{'s' * (len(ids) != 1)}, metric logit({pair}) at the last position"
+    print(f"{what}: logit difference clean {result.clean:.2f}, corrupted {result.corrupted:.2f}")
     print(
-        f"{count} pairs, source token {position} changed: logit difference clean {result.clean:.2f}, "
-        f"corrupted {result.corrupted:.2f}"
+        "Share of it restored by patching (residual stream and MLP outputs: best position per layer; "
+        "heads: per head):"
     )
-    print("Share of it restored by patching (residual stream: best position per layer; heads: per head):")
-    for name, row in result.resid.items():
+    for name, row in (result.resid | result.mlp).items():
         best = max(range(len(row)), key=row.__getitem__)
         print(f"  {name:<36} position {best:>2}: {row[best]:6.2f}")
     bounds = result.head_intervals or [[None] * len(row) for row in result.heads]
@@ -260,12 +276,12 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
         print(f"  {layer:<36} " + " ".join(cells).rstrip())
     if result.head_intervals is not None:
         print(f"  ([its {result.level:.0%} interval over the pairs]; ~: 0 is in it, within noise)")
-    title = f"Activation patching: source token {position} changed ({count} pairs)"
+    title = f"Activation patching: {what}"
     write(
         out_dir,
         "patching",
         result.to_dict(),
-        figures.activation_patching(result.resid, result.layers, result.heads, title),
+        figures.activation_patching(result.resid, result.layers, result.heads, title, result.mlp),
     )
 
 

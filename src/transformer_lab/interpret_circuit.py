@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transformer_lab.analysis.circuits import methods, options  # no torch: the registry and the choices
-from transformer_lab.cli import to_number
+from transformer_lab.cli import prompts, to_number
 from transformer_lab.errors import ConfigError, as_config_error
 from transformer_lab.files import write_figure, write_text
 
@@ -74,7 +74,7 @@ def _pairs(checkpoint: Checkpoint, count: int, args: dict[str, str]) -> tuple:
         return checkpoint.examples(count, exact="num_examples" in args), None
     position = to_number(args, "position", int, 0)
     try:
-        return checkpoint.corrupted_pairs(count, position=position)
+        return checkpoint.patching_pairs(count, position, prompts(args))
     except ConfigError as exc:
         if "defines no corruption" not in str(exc):
             raise

@@ -23,7 +23,7 @@ cross-attention.
 """
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -322,21 +322,33 @@ def logit_differences(logits: Tensor, positions: Tensor, clean: Tensor, corrupte
 @dataclass
 class Patching:
     """Activation-patching results: `resid[hook name]` = restored share per position [T] (every block's
-    `hook_resid_pre` and the last block's `hook_resid_post`), `heads` = restored share per attention
-    layer x head (patching `hook_z`), and the clean and corrupted logit differences."""
+    `hook_resid_pre` and the last block's `hook_resid_post`), `mlp[hook name]` the same of every MLP's
+    output (`hook_mlp_out`), `heads` = restored share per attention layer x head (patching `hook_z` at
+    every position), and the clean and corrupted logit differences: what TransformerLens's
+    `get_act_patch_resid_pre`, `get_act_patch_mlp_out` and `get_act_patch_attn_head_out_all_pos`
+    compute, as shares of (clean - corrupted)."""
 
     clean: float
     corrupted: float
     resid: dict[str, list[float]]
     layers: list[str]
     heads: list[list[float]]
+    mlp: dict[str, list[float]] = field(default_factory=dict)
     level: float = 0.0
     resid_intervals: dict[str, list[list[float]]] | None = None  # [low, high] per position
+    mlp_intervals: dict[str, list[list[float]]] | None = None
     head_intervals: list[list[list[float]]] | None = None  # [low, high] per layer and head
 
     def to_dict(self) -> dict:
         ci = (
-            {"ci": {"level": self.level, "resid": self.resid_intervals, "heads": self.head_intervals}}
+            {
+                "ci": {
+                    "level": self.level,
+                    "resid": self.resid_intervals,
+                    "mlp": self.mlp_intervals,
+                    "heads": self.head_intervals,
+                }
+            }
             if self.head_intervals is not None
             else {}
         )
@@ -345,6 +357,7 @@ class Patching:
             "clean_logit_diff": self.clean,
             "corrupted_logit_diff": self.corrupted,
             "resid": self.resid,
+            "mlp": self.mlp,
             "layers": self.layers,
             "heads": self.heads,
             **ci,
@@ -401,10 +414,12 @@ def activation_patching(
         return float(per_row[name].mean())
 
     streams = residual_hooks(model)
+    mlps = [f"{prefix}blocks.{i}.hook_mlp_out" for prefix, stack in model.stacks().items()
+            for i, block in enumerate(stack.blocks) if block.mlp is not None]  # fmt: skip
     layers = attention_layers(model)
     z_names = [f"{layer}.hook_z" for layer in layers]
     with evaluating(model):
-        wanted = set(streams) | set(z_names)
+        wanted = set(streams) | set(mlps) | set(z_names)
         logits, cache = model.run_with_cache(*clean_inputs, names_filter=lambda n: n in wanted)
         clean_diff, bad_diff = difference(logits, "clean"), difference(_run(model, bad_inputs), "corrupted")
         scale = clean_diff - bad_diff
@@ -423,6 +438,13 @@ def activation_patching(
             ]
             for name in streams
         }
+        mlp = {
+            name: [
+                restored(patch_hook(name, cache[name], (slice(None), p)), f"{name}:{p}")
+                for p in range(cache[name].size(1))
+            ]
+            for name in mlps
+        }
         heads = [
             [
                 restored(patch_hook(name, cache[name], (slice(None), slice(None), h)), f"{name}:{h}")
@@ -430,7 +452,7 @@ def activation_patching(
             ]
             for name in z_names
         ]
-    result = Patching(clean_diff, bad_diff, resid, layers, heads)
+    result = Patching(clean_diff, bad_diff, resid, layers, heads, mlp)
     if level and len(positions) > 1:
         keys = [k for k in per_row if ":" in k]
         columns = {"patched": torch.stack([per_row[k] for k in keys], dim=1), **per_row}
@@ -442,6 +464,7 @@ def activation_patching(
         found = dict(zip(keys, torch.stack([low, high], dim=-1).tolist(), strict=True))
         result.level = level
         result.resid_intervals = {n: [found[f"{n}:{p}"] for p in range(len(resid[n]))] for n in streams}
+        result.mlp_intervals = {n: [found[f"{n}:{p}"] for p in range(len(mlp[n]))] for n in mlps}
         heads_count = model.config.num_heads
         result.head_intervals = [[found[f"{n}:{h}"] for h in range(heads_count)] for n in z_names]
     return result

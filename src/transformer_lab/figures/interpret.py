@@ -24,16 +24,26 @@ def _annotate(ax, values: Tensor, dark: Callable[[float], bool], fmt: str = "{:.
 
 
 def activation_patching(
-    resid: dict[str, list[float]], layers: list[str], heads: list[list[float]], title: str
+    resid: dict[str, list[float]],
+    layers: list[str],
+    heads: list[list[float]],
+    title: str,
+    mlp: dict[str, list[float]] | None = None,
 ) -> Figure:
     """Activation patching: the share of the clean logit difference restored by patching the residual
-    stream at one layer and position (one panel per stack), and by patching one head's output (z).
-    1 = patching it alone restores the clean output; 0 = it carries nothing of the difference."""
+    stream at one layer and position (one panel per stack), one MLP's output at one position, and one
+    head's output (z). 1 = patching it alone restores the clean output; 0 = it carries nothing of the
+    difference."""
     stacks: dict[str, dict[str, list[float]]] = {}
     for name, row in resid.items():
         where = parse_hook_name(name)
         stacks.setdefault(where.stack or "residual stream", {})[
             f"{where.hook.removeprefix('hook_')} {where.block}"
+        ] = row
+    for name, row in (mlp or {}).items():
+        where = parse_hook_name(name)
+        stacks.setdefault(f"{where.stack + ' ' if where.stack else ''}MLP outputs", {})[
+            f"mlp {where.block}"
         ] = row
     widths = [max(len(r) for r in rows.values()) for rows in stacks.values()] + [len(heads[0])]
     fig = Figure(

@@ -15,19 +15,18 @@ a dictionary (`nn.sae`), its training (`training.sae_module`) and the SAELens fi
                (Rajamanoharan et al. 2024)                                   SAELens: jumprelu
 
 A new kind is a subclass of `Kind` under `@register`: its activation, its penalty and its coefficient's
-name, the settings of `SAEConfig` it uses (with their defaults), and its SAELens form both ways.
+name, the settings of `SAEConfig` it uses (with their defaults), and its SAELens form both ways. Its
+methods take the dictionary (`nn.dictionary.Dictionary`, an nn.Module with `config`, `width`, the weights)
+and its config (`nn.sae.SAEConfig`), typed loosely since both modules import this one.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
-
-if TYPE_CHECKING:
-    from transformer_lab.nn.sae import SAEConfig, SparseAutoencoder
 
 DEFAULT = "topk"  # the kind of `SAEConfig()` and of `train.py experiment=sae`
 KINDS: dict[str, Kind] = {}  # every kind by name: the registry
@@ -80,35 +79,35 @@ class Kind:
     saelens_tensors: tuple[str, ...] = ()  # tensors of its SAELens file beyond W_enc, b_enc, W_dec, b_dec
     in_use: str = "threshold"
 
-    def describe(self, config: SAEConfig) -> str:
+    def describe(self, config: Any) -> str:
         """`topk k=16`, or the name."""
         return f"{self.name} k={config.k}" if "k" in self.settings else self.name
 
-    def check(self, config: SAEConfig) -> None:
+    def check(self, config: Any) -> None:
         """A ValueError naming the first setting of `config` this kind cannot use."""
         if "k" not in self.settings and config.k is not None:
             raise ValueError(f"model.k={config.k} is for kind=topk or batchtopk; leave it out (null)")
 
-    def add_parameters(self, sae: SparseAutoencoder) -> None:
+    def add_parameters(self, sae: nn.Module) -> None:
         """The parameters and buffers of its own (a threshold), beside the encoder and decoder."""
 
-    def activate(self, sae: SparseAutoencoder, pre: Tensor) -> Tensor:
+    def activate(self, sae: nn.Module, pre: Tensor) -> Tensor:
         """f = act(pre)."""
         raise NotImplementedError
 
-    def threshold(self, sae: SparseAutoencoder) -> Tensor | None:
+    def threshold(self, sae: nn.Module) -> Tensor | None:
         """Each feature's threshold theta [width] in use, else None."""
         return None
 
-    def penalty(self, sae: SparseAutoencoder, pre: Tensor, f: Tensor) -> Tensor | None:
+    def penalty(self, sae: nn.Module, pre: Tensor, f: Tensor) -> Tensor | None:
         """Its sparsity penalty per position, averaged (before the coefficient), else None."""
         return None
 
-    def after_loss(self, sae: SparseAutoencoder, f: Tensor) -> None:
+    def after_loss(self, sae: nn.Module, f: Tensor) -> None:
         """What a training step's features update besides the gradient (batchtopk's threshold)."""
 
     # ---------------------------------------------------------------------------------- SAELens
-    def saelens_config(self, config: SAEConfig) -> dict:
+    def saelens_config(self, config: Any) -> dict:
         """The keys of SAELens's cfg.json of its own."""
         return {}
 
@@ -122,7 +121,7 @@ class Kind:
         return {}
 
 
-def _check_k(config: SAEConfig) -> None:
+def _check_k(config: Any) -> None:
     k = config.k
     if not (isinstance(k, int) and not isinstance(k, bool) and k > 0):
         raise ValueError(
@@ -150,10 +149,10 @@ class ReLUKind(Kind):
     saelens = saelens_reads = "standard"
     in_use = "relu"
 
-    def activate(self, sae: SparseAutoencoder, pre: Tensor) -> Tensor:
+    def activate(self, sae: nn.Module, pre: Tensor) -> Tensor:
         return torch.relu(pre)
 
-    def penalty(self, sae: SparseAutoencoder, pre: Tensor, f: Tensor) -> Tensor:
+    def penalty(self, sae: nn.Module, pre: Tensor, f: Tensor) -> Tensor:
         """mean_n sum_i f_ni."""
         return f.sum(-1).mean()
 
@@ -166,14 +165,14 @@ class TopKKind(Kind):
     saelens = saelens_reads = "topk"
     in_use = "topk"
 
-    def check(self, config: SAEConfig) -> None:
+    def check(self, config: Any) -> None:
         _check_k(config)
 
-    def activate(self, sae: SparseAutoencoder, pre: Tensor) -> Tensor:
+    def activate(self, sae: nn.Module, pre: Tensor) -> Tensor:
         top = pre.topk(sae.config.k, dim=-1)
         return torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
 
-    def saelens_config(self, config: SAEConfig) -> dict:
+    def saelens_config(self, config: Any) -> dict:
         return {"k": config.k, "rescale_acts_by_decoder_norm": False}  # the decoder as it is
 
     def from_saelens(self, cfg: dict) -> tuple[dict, bool]:
@@ -190,10 +189,10 @@ class BatchTopKKind(TopKKind):
     saelens_tensors = ("threshold",)
     in_use = "threshold"
 
-    def add_parameters(self, sae: SparseAutoencoder) -> None:
+    def add_parameters(self, sae: nn.Module) -> None:
         sae.register_buffer("batch_threshold", torch.zeros(()))
 
-    def activate(self, sae: SparseAutoencoder, pre: Tensor) -> Tensor:
+    def activate(self, sae: nn.Module, pre: Tensor) -> Tensor:
         if not sae.training:
             return _gated(pre, self.threshold(sae))
         flat = pre.relu().reshape(-1)
@@ -201,17 +200,17 @@ class BatchTopKKind(TopKKind):
         top = flat.topk(keep)
         return torch.zeros_like(flat).scatter(0, top.indices, top.values).view_as(pre)
 
-    def threshold(self, sae: SparseAutoencoder) -> Tensor:
+    def threshold(self, sae: nn.Module) -> Tensor:
         return sae.batch_threshold.expand(sae.width)
 
     @torch.no_grad()
-    def after_loss(self, sae: SparseAutoencoder, f: Tensor, rate: float = 0.01) -> None:
+    def after_loss(self, sae: nn.Module, f: Tensor, rate: float = 0.01) -> None:
         """theta <- (1 - rate) theta + rate * (the smallest activation kept in this batch)."""
         kept = f[f > 0]
         if kept.numel():
             sae.batch_threshold.mul_(1 - rate).add_(rate * kept.min())
 
-    def saelens_config(self, config: SAEConfig) -> dict:
+    def saelens_config(self, config: Any) -> dict:
         return {}
 
 
@@ -225,20 +224,20 @@ class JumpReLUKind(Kind):
     saelens = saelens_reads = "jumprelu"
     saelens_tensors = ("threshold",)
 
-    def add_parameters(self, sae: SparseAutoencoder) -> None:
+    def add_parameters(self, sae: nn.Module) -> None:
         sae.log_threshold = nn.Parameter(torch.full((sae.width,), math.log(sae.config.threshold)))
 
-    def activate(self, sae: SparseAutoencoder, pre: Tensor) -> Tensor:
+    def activate(self, sae: nn.Module, pre: Tensor) -> Tensor:
         threshold = self.threshold(sae)
         if not pre.requires_grad:
             return _gated(pre, threshold)
         flat = pre.reshape(-1, sae.width)
         return JumpReLU.apply(flat, threshold, sae.config.bandwidth).view_as(pre)
 
-    def threshold(self, sae: SparseAutoencoder) -> Tensor:
+    def threshold(self, sae: nn.Module) -> Tensor:
         return sae.log_threshold.exp()
 
-    def penalty(self, sae: SparseAutoencoder, pre: Tensor, f: Tensor) -> Tensor:
+    def penalty(self, sae: nn.Module, pre: Tensor, f: Tensor) -> Tensor:
         """mean_n ||f_n||_0, with the straight-through gradient of its thresholds."""
         return Step.apply(pre, self.threshold(sae), sae.config.bandwidth).sum(-1).mean()
 
