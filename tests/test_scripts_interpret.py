@@ -166,7 +166,8 @@ def test_help(script, capsys):
 
 def test_the_default_number_of_examples_fits_a_time_budget(monkeypatch, tmp_path, capsys):
     """Without num_examples=, heads and lens read as many examples as their passes fit in the budget on
-    this machine (here a budget so small that the fewest), and say so; num_examples= sets it."""
+    a laptop CPU, estimated from the model's size (here a budget so small that the fewest), and say so;
+    num_examples= sets it. The same model gets the same default on any machine."""
     from transformer_lab.analysis import budget
 
     script = load_script("interpret")
@@ -175,7 +176,7 @@ def test_the_default_number_of_examples_fits_a_time_budget(monkeypatch, tmp_path
     out = capsys.readouterr().out
     passes = 2 * 4 + 4  # each of the 8 heads removed, and the measures
     assert f"analysis=heads: {budget.FEWEST} examples, not 512 (about {passes} passes of " in out
-    assert "per example on this machine fit 1e-09 s; num_examples= sets it)" in out
+    assert "MFLOP each, fit 1e-09 s on a laptop CPU; num_examples= sets it)" in out
     assert json.loads((tmp_path / "heads.json").read_text())  # the analysis ran on them
     script.main(
         ["ckpt_path=pretrained:reverse_2l4h", "analysis=lens", "num_examples=16", f"out_dir={tmp_path}"]

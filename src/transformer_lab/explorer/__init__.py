@@ -78,7 +78,8 @@ def _task_facts(checkpoint: object) -> dict:
 
 def _within(checkpoint: object, usual: int, passes: int) -> int:
     """How many of the task's examples the page reads where `usual` would take more than its share of
-    the page's time budget on this machine (a text model of millions of parameters); said in one line."""
+    the page's time budget on a laptop CPU (a text model of millions of parameters; estimated from its size,
+    `analysis.budget`); said in one line."""
     from transformer_lab.analysis.budget import examples_within
     from transformer_lab.progress import say
 
