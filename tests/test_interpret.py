@@ -145,7 +145,7 @@ def test_activation_patching_finds_where_the_reversed_token_travels():
 
 def test_patching_refuses_pairs_that_do_not_differ():
     model, x = hand_made(mirror=True), digits(4)
-    with pytest.raises(ValueError, match="same labels"):
+    with pytest.raises(ValueError, match="give the same logit difference: nothing to restore"):
         interventions.activation_patching(model, ((x,), x.flip(1)), ((x,), x.flip(1)))
 
 

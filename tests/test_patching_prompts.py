@@ -58,7 +58,6 @@ def test_named_tokens_a_file_of_pairs_and_circuits_take_the_same_prompts(tmp_pat
 @pytest.mark.parametrize(
     "args, message",
     [
-        ([], "is a language model whose task's corruption (token 0 changed) changes no answer it is taught"),
         (["clean=JULIE"], 'give both prompts: clean="..." corrupted="..."'),
         (["clean=JULIET", "corrupted=ROMEO"], "clean='JULIET' has 6 tokens and its corrupted prompt 5"),
         (["clean=QUEEN:", "corrupted=ROMEO:"], "the model predicts the same next token ('\\n')"),
@@ -68,6 +67,19 @@ def test_named_tokens_a_file_of_pairs_and_circuits_take_the_same_prompts(tmp_pat
 )
 def test_bad_prompts_are_one_line(args, message, capsys, tmp_path):
     assert message in refused(capsys, SHAKESPEARE, "analysis=patching", *args, f"out_dir={tmp_path}")
+
+
+def test_without_prompts_a_language_model_is_patched_on_its_task_s_corruption(capsys, tmp_path):
+    """The text task's corruption (a token replaced, position= places before the last) leaves the next
+    token as it was: the wrong answer is the corrupted run's most likely other token, said in one line;
+    the replaced token's own stream restores it all."""
+    interpret(SHAKESPEARE, "analysis=patching", "num_examples=8", f"out_dir={tmp_path}")
+    out = capsys.readouterr().out
+    assert "8 pairs, source token 0 changed" in out
+    assert "the corruption leaves the answer of 8 of 8 pairs as it was; their wrong answer is" in out
+    numbers = json.loads((tmp_path / "patching.json").read_text())
+    first = numbers["resid"]["blocks.0.hook_resid_pre"]
+    assert first[-1] == pytest.approx(1.0) and first[:-1] == pytest.approx([0.0] * (len(first) - 1), abs=1e-6)
 
 
 def test_prompts_are_for_a_language_model_and_a_task_keeps_its_own_corruption(capsys, tmp_path):

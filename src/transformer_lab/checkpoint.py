@@ -527,17 +527,10 @@ class Checkpoint:
     ) -> tuple[Batch, Batch]:
         """The clean and corrupted runs of activation patching and of a circuit: the prompts given
         (`prompt_pairs`), else `count` of the task's own corrupted pairs (input token `position`
-        changed); a language model whose task's corruption changes no answer is told to give prompts."""
+        changed)."""
         if prompts is not None:
             return self.prompt_pairs(**prompts)
-        clean, corrupted = self.corrupted_pairs(count, position=position)
-        require(
-            bool((clean[1] != corrupted[1]).any(dim=1).all()) or not self.model.language_model,
-            f"{self.location} is a language model whose task's corruption (token {position} changed) "
-            'changes no answer it is taught; compare two prompts: clean="..." corrupted="..." (as many '
-            "tokens; answer= and wrong= name the next tokens, else the model's own), or pairs=<file.jsonl>",
-        )
-        return clean, corrupted
+        return self.corrupted_pairs(count, position=position)
 
     def corrupted_pairs(self, count: int, position: int = 0, split: str = "test") -> tuple[Batch, Batch]:
         """`count` examples and a copy of each with input token `position` changed so that the output

@@ -60,6 +60,7 @@ def reading(what: str, failed: str = "cannot be read") -> Iterator[None]:
     MemoryError is named as what it is: the file asks for more memory than there is."""
     from transformer_lab.signals import Stop
 
+    since = signals.received()
     try:
         yield
     except (ConfigError, KeyboardInterrupt, SystemExit, GeneratorExit, Stop):
@@ -69,7 +70,7 @@ def reading(what: str, failed: str = "cannot be read") -> Iterator[None]:
     except RecursionError as exc:
         raise ConfigError(f"{what} {failed} (it is nested too deeply)") from exc
     except BaseException as exc:  # native libraries' panics are BaseExceptions
-        signals.raise_pending()  # a signal the library turned into an error of its own: the signal
+        signals.raise_pending(since)  # a signal the library turned into an error of its own: the signal
         kind = "the library under it panicked: " if type(exc).__name__ == "PanicException" else ""
         raise ConfigError(f"{what} {failed} ({kind}{first_line(exc)})") from exc
 

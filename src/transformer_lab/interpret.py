@@ -257,6 +257,11 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
         )
         what = f"{len(ids)} prompt pair{'s' * (len(ids) != 1)}, metric logit({pair}) at the last position"
     print(f"{what}: logit difference clean {result.clean:.2f}, corrupted {result.corrupted:.2f}")
+    if result.chosen:
+        print(
+            f"(the corruption leaves the answer of {result.chosen} of {len(clean[1])} pairs as it was; their "
+            "wrong answer is the corrupted run's most likely token other than the clean answer)"
+        )
     print(
         "Share of it restored by patching (residual stream and MLP outputs: best position per layer; "
         "heads: per head):"

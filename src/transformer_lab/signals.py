@@ -44,12 +44,17 @@ def _interrupt(signum: int, frame: object) -> None:
     raise _pending[-1]
 
 
-def raise_pending() -> None:
-    """Raise the signal this process received, if one came: for a reader whose library turned the
-    exception a signal raised inside it into an error of its own (torch.load's unpickler reports
-    "could not determine the shape ..."), so that the signal ends the command, not a wrong verdict on
-    the file."""
-    if _pending:
+def received() -> int:
+    """How many signals this process has received: pass it to `raise_pending` when a read begins."""
+    return len(_pending)
+
+
+def raise_pending(since: int) -> None:
+    """Raise the last signal received since `received()` was `since`, if one came: for a reader whose
+    library turned the exception a signal raised inside it into an error of its own (torch.load's
+    unpickler reports "could not determine the shape ..."), so that the signal ends the command, not a
+    wrong verdict on the file."""
+    if len(_pending) > since:
         raise _pending[-1]
 
 

@@ -299,12 +299,40 @@ def ablate_heads(
 
 
 # ------------------------------------------------------------------------------ activation patching
-def answer_positions(clean_labels: Tensor, corrupted_labels: Tensor) -> Tensor:
-    """Per row, the first position whose label the corruption changes [B] (every row must have one)."""
-    differs = clean_labels != corrupted_labels
-    if not bool(differs.any(dim=1).all()):
-        raise ValueError("a corrupted example has the same labels as its clean one: nothing to patch")
-    return differs.int().argmax(dim=1)
+@dataclass
+class Answers:
+    """What a logit difference compares in each pair [B]: at `positions`, logit(good) - logit(bad);
+    `chosen` marks the rows whose bad answer the corrupted run chose (None: none did)."""
+
+    positions: Tensor
+    good: Tensor
+    bad: Tensor
+    chosen: Tensor | None = None
+
+
+def answers(
+    clean_labels: Tensor, corrupted_labels: Tensor, corrupted_logits: Tensor | None = None
+) -> Answers:
+    """The answers of each pair: at the first output the corruption changes, the clean label against
+    the corrupted one; in a row whose labels it leaves as they were (a language model's text: the next
+    tokens stay the text's), at its last labelled output the clean label against the corrupted run's
+    most likely token other than it (`corrupted_logits` [B, T, V] needed then)."""
+    labelled = clean_labels != IGNORE_INDEX
+    differs = labelled & (corrupted_labels != clean_labels)
+    changed = differs.any(dim=1)
+    if not bool((changed | labelled.any(dim=1)).all()):
+        raise ValueError("an example has no labelled output to compare; use other examples")
+    rows = torch.arange(clean_labels.size(0), device=clean_labels.device)
+    last = clean_labels.size(1) - 1 - labelled.flip(1).int().argmax(dim=1)  # each row's last labelled output
+    positions = torch.where(changed, differs.int().argmax(dim=1), last)
+    good, bad = clean_labels[rows, positions], corrupted_labels[rows, positions]
+    if bool(changed.all()):
+        return Answers(positions, good, bad)
+    if corrupted_logits is None:
+        raise ValueError("a corrupted example has the same labels as its clean one: give its logits")
+    at = corrupted_logits.float()[rows, positions].clone()  # [B, V]
+    at[rows, good] = float("-inf")
+    return Answers(positions, good, torch.where(~changed, at.argmax(dim=-1), bad), ~changed)
 
 
 def logit_difference(logits: Tensor, positions: Tensor, clean: Tensor, corrupted: Tensor) -> Tensor:
@@ -334,6 +362,7 @@ class Patching:
     layers: list[str]
     heads: list[list[float]]
     mlp: dict[str, list[float]] = field(default_factory=dict)
+    chosen: int = 0  # pairs whose wrong answer the corrupted run chose (`answers`)
     level: float = 0.0
     resid_intervals: dict[str, list[list[float]]] | None = None  # [low, high] per position
     mlp_intervals: dict[str, list[list[float]]] | None = None
@@ -355,6 +384,7 @@ class Patching:
         return {
             "metric": "logit_diff",
             "clean_logit_diff": self.clean,
+            "wrong_answers_chosen_by_the_corrupted_run": self.chosen,
             "corrupted_logit_diff": self.corrupted,
             "resid": self.resid,
             "mlp": self.mlp,
@@ -398,14 +428,16 @@ def activation_patching(
     `level` its bootstrap interval over the pairs (`analysis.intervals`).
 
     `clean` and `corrupted` are (inputs, labels) of the same shapes, differing in a token (a task's
-    `corrupted_pairs`). The logit difference is read at each row's first output the corruption changes.
+    `corrupted_pairs`, or a language model's prompts: `Checkpoint.prompt_pairs`). The logit difference
+    is read as `answers` says: at each row's first output the corruption changes, else at its last
+    output against the corrupted run's own most likely token.
     """
     model = as_model(model)
     (clean_inputs, clean_labels), (bad_inputs, bad_labels) = clean, corrupted
     clean_inputs, bad_inputs = as_inputs(clean_inputs, model), as_inputs(bad_inputs, model)
-    positions = answer_positions(clean_labels, bad_labels)
-    rows = torch.arange(len(positions))
-    good_answer, bad_answer = clean_labels[rows, positions], bad_labels[rows, positions]
+    with evaluating(model), torch.no_grad():
+        found = answers(clean_labels, bad_labels, _run(model, bad_inputs))
+    positions, good_answer, bad_answer = found.positions, found.good, found.bad
 
     per_row: dict[str, Tensor] = {}  # every run's logit differences per pair, by name
 
@@ -452,7 +484,8 @@ def activation_patching(
             ]
             for name in z_names
         ]
-    result = Patching(clean_diff, bad_diff, resid, layers, heads, mlp)
+    chosen = 0 if found.chosen is None else int(found.chosen.sum())
+    result = Patching(clean_diff, bad_diff, resid, layers, heads, mlp, chosen)
     if level and len(positions) > 1:
         keys = [k for k in per_row if ":" in k]
         columns = {"patched": torch.stack([per_row[k] for k in keys], dim=1), **per_row}

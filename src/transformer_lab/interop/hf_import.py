@@ -300,10 +300,11 @@ def _read_bins(
             "read); save the model with save_pretrained (safetensors)",
         )
         require_small_unpacked(path)
+        since = signals.received()
         try:
             part = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception as exc:  # torch.load raises many types for a bad file
-            signals.raise_pending()  # a signal during the read ends as the signal, not as the file's fault
+            signals.raise_pending(since)  # a signal during the read ends as the signal, not the file's fault
             if "Weights only load failed" in str(exc):
                 raise unpickling_refusal(path, exc) from None
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lab.analysis.circuits.options import require_metric
-from transformer_lab.errors import require
+from transformer_lab.analysis.interventions import answers
+from transformer_lab.errors import as_config_error, require
 from transformer_lab.nn import IGNORE_INDEX
 
 
@@ -93,21 +94,9 @@ def make_metric(
             "metric=logit_diff needs a corruption (the corrupted run's answer is what the clean one is "
             "compared with); use metric=logprob or metric=kl, or give corrupted inputs",
         )
-        changed = differs.any(dim=1)
-        require(
-            bool((changed | labelled.any(dim=1)).all()),
-            "metric=logit_diff needs a labelled output in every example; use other examples",
-        )
-        rows = torch.arange(batch, device=labels.device)
-        last = labels.size(1) - 1 - labelled.flip(1).int().argmax(dim=1)  # each row's last labelled output
-        positions = torch.where(changed, differs.int().argmax(dim=1), last)
-        good, bad = labels[rows, positions], corrupted_labels[rows, positions]
-        chosen = None if bool(changed.all()) else ~changed
-        if chosen is not None:  # the corrupted run's most likely token other than the clean answer
-            assert corrupted_logits is not None, "make_metric: logit_diff needs the corrupted run's logits"
-            at = corrupted_logits.float()[rows, positions].clone()  # [B, V]
-            at[rows, good] = float("-inf")
-            bad = torch.where(chosen, at.argmax(dim=-1), bad)
+        with as_config_error():
+            found = answers(labels, corrupted_labels, corrupted_logits)
+        positions, good, bad, chosen = found.positions, found.good, found.bad, found.chosen
         ones = torch.ones(batch, device=labels.device)
         return Metric(name, batch, ones, positions=positions, good=good, bad=bad, chosen=chosen)
     mask = labelled
