@@ -201,6 +201,8 @@ def train(cfg: DictConfig) -> dict:
         f"run directory {console.shown_path(output_dir)}"
     )
     log.info(console.model_summary(model.net))
+    if cfg.get("note"):
+        log.info(f"Note: {cfg.note}")
 
     try:
         results = fit_and_test(trainer, model, LightningTask(task), ckpt_path, test=cfg.get("test", True))
