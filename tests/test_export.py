@@ -359,3 +359,19 @@ def test_patching_prompts_of_a_language_model_equals_transformer_lens(tmp_path, 
         torch.testing.assert_close(
             torch.tensor(ours.heads), ((theirs - ours.corrupted) / scale).float(), atol=1e-4, rtol=0
         )
+
+
+@pytest.mark.parametrize("to", ["transformer_lens", "huggingface", "onnx"])
+def test_no_format_writes_over_the_run_it_exports(to, tmp_path, capsys):
+    """out= the run being exported, or a folder holding it, is refused even with overwrite=true: an
+    export never replaces what it is made from (its checkpoint stays)."""
+    from tests.conftest import TINY_REVERSE, compose_train_config
+    from transformer_lab.train import train
+
+    run = tmp_path / "runs" / "decoder"
+    train(compose_train_config(run, "model=decoder", "trainer.max_steps=2", base=TINY_REVERSE))
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    for out in (run, tmp_path / "runs"):
+        err = refused(capsys, f"ckpt_path={run}", f"to={to}", f"out={out}", "overwrite=true")
+        assert "which this is made from; write it to another folder" in err, err
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before

@@ -7,6 +7,7 @@ config, where these values are usually set.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -421,8 +422,8 @@ def is_int(value: object) -> bool:
 
 
 def is_number(value: object) -> bool:
-    """An int or float, not a bool, not NaN."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    """An int or float, not a bool, finite (no NaN, no infinity)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def require(condition: bool, message: str) -> None:

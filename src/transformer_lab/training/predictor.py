@@ -242,8 +242,8 @@ def _check_training_hparams(h: Mapping) -> None:
     for key in ("lr", "warmup", "weight_decay"):
         value = h[key]
         require(
-            isinstance(value, int | float) and not isinstance(value, bool),
-            f"model.{key}={value!r} must be a number",
+            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
+            f"model.{key}={value!r} must be a finite number",
         )
     require(h["lr"] > 0, f"model.lr={h['lr']} must be positive")
     require(h["warmup"] >= 0, f"model.warmup={h['warmup']} must be >= 0")
@@ -253,7 +253,7 @@ def _check_training_hparams(h: Mapping) -> None:
         f"model.max_iters={h['max_iters']!r} must be a positive integer (or null)",
     )
     require(
-        len(h["betas"]) == 2 and all(0 <= b < 1 for b in h["betas"]),
+        len(h["betas"]) == 2 and all(0 <= b < 1 for b in h["betas"]),  # NaN fails both comparisons
         f"model.betas={h['betas']} must be two numbers in [0, 1)",
     )
     unknown = sorted(set(h["metrics"]) - set(METRICS))
