@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from tests.conftest import COMMON, compose_train_config, load_script
 from transformer_lab.train import train
+from transformer_lab.training.progress import HEARTBEAT
 
 # A few steps of any task: 4 training batches, 2 validation and test batches.
 FEW_STEPS = [
@@ -118,11 +119,12 @@ def shown_outputs(page: Path) -> list[tuple[list[str], str, float]]:
 def differences(expected: str, actual: str, tolerance: float) -> list[str]:
     """Where the output differs from the text a page shows: lines in order (a line `...` on the page
     stands for any lines), words exactly, numbers equal or within `tolerance` (relative, and one unit of
-    the last digit shown), durations ignored."""
+    the last digit shown), durations and progress lines ignored."""
 
     def words(text: str) -> list[list[str]]:  # a table's rule (---  ----) is as wide as its cells
         text = re.sub(r"-{3,}", "---", SECONDS.sub("<s>", text))
-        return [line.split() for line in text.strip().splitlines() if line.strip()]
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        return [line.split() for line in lines if not line.startswith(HEARTBEAT)]  # time-dependent
 
     got, want = words(actual), words(expected)
 

@@ -289,3 +289,19 @@ def test_a_run_stopped_before_its_first_validation_says_where_its_weights_are(tm
     last = console.shown_path(tmp_path / "checkpoints" / "last.ckpt")
     assert f"  last.ckpt     {last} (no validation ran, so there is no best.ckpt)" in lines
     assert f"  Explore       python -m transformer_lab.explore ckpt_path={last}" in lines
+
+
+def test_output_to_a_file_gets_a_progress_line_between_validations(tmp_path, monkeypatch, caplog):
+    """Where no bar is shown (output to a file: no terminal), a line at least every progress.EVERY
+    seconds: the step of the total, the training loss, the pace, the time left (here EVERY=0: each step)."""
+    import logging
+
+    from transformer_lab.training import progress
+
+    monkeypatch.setattr(progress, "EVERY", 0.0)
+    with caplog.at_level(logging.INFO, logger="transformer_lab"):
+        train(compose_train_config(tmp_path, "trainer.max_steps=3", base=TINY_REVERSE))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(progress.HEARTBEAT)]
+    assert len(lines) == 3, lines
+    assert lines[-1].startswith("progress: step 3 of 3  train/loss=") and " tokens/s" in lines[-1]
+    assert lines[0].startswith("progress: step 1 of 3") and lines[-1].endswith("about 0 s left")
