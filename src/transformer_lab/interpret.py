@@ -189,6 +189,8 @@ def analyse_heads(model, inputs, labels, task, args, out_dir: Path) -> None:
         interventions.check_heads(model, heads)
     result = interventions.ablate_heads(model, inputs, labels, method=method, level=ci_level(args))
     print(result.table())
+    if model.language_model and result.losses:  # what ablation tables of language models report
+        print(result.loss_table())
     for line in result.findings():
         print(line)
     numbers = result.to_dict()

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lab.analysis import intervals
@@ -136,6 +137,8 @@ class HeadAblation:
     intervals: list[list[list[float]]] | None = None
     within_noise: list[list[bool]] | None = None
     drops: list[list[list[float]]] | None = None
+    baseline_loss: float | None = None  # the cross-entropy on the labels, and with each head ablated
+    losses: list[list[float]] | None = None
 
     def _drops(self) -> list[tuple[float, float, float, str]]:
         """(drop, low, high, head) for every head; without intervals, low = high = the drop."""
@@ -210,6 +213,21 @@ class HeadAblation:
             lines.append(f"{name:<{width}} " + " ".join(f"{c:>{size}}" for c in row).rstrip())
         return "\n".join(lines)
 
+    def loss_table(self) -> str:
+        """The cross-entropy with each head ablated, [layers, heads] as text, and its rise over the
+        baseline: what ablation tables of language models report beside accuracy."""
+        width = max(len(name) for name in self.layers)
+        heads = len(self.losses[0])
+        title = f"loss with one head {self.method}-ablated (baseline {self.baseline_loss:.4f}; and its change)"
+        lines = [
+            title + ":",
+            f"{'layer':<{width}} " + " ".join(f"{'head ' + str(h):>16}" for h in range(heads)),
+        ]
+        for name, row in zip(self.layers, self.losses, strict=True):
+            cells = [f"{v:.4f} {v - self.baseline_loss:+.4f}" for v in row]
+            lines.append(f"{name:<{width}} " + " ".join(f"{c:>16}" for c in cells))
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         return {
             "metric": self.metric,
@@ -217,6 +235,7 @@ class HeadAblation:
             "baseline": self.baseline,
             "layers": self.layers,
             "ablated": self.ablated,
+            **({"baseline_loss": self.baseline_loss, "losses": self.losses} if self.losses else {}),
             **(
                 {
                     "ci": {
@@ -276,14 +295,19 @@ def ablate_heads(
         ablation_hooks([(i, h)], layers, means) for i in range(len(layers)) for h in range(heads)
     ]
     labelled = None if labels is None else labels != IGNORE_INDEX
-    values, correct = [], []
+    values, correct, losses = [], [], []
     for hooks in ablations:  # the model without ablation, then each head ablated: a score of each run
         logits = _run(model, inputs, hooks)
         values.append(score(logits) if score else accuracy(logits, labels))
+        if labels is not None and bool(labelled.any()):
+            losses.append(float(F.cross_entropy(logits[labelled].float(), labels[labelled])))
         if level and score is None and labels.size(0) > 1:  # over one example, a bootstrap says nothing
             correct.append(((logits.argmax(-1) == labels) & labelled).sum(1))
     rows = [values[1 + i * heads : 1 + (i + 1) * heads] for i in range(len(layers))]
     result = HeadAblation(layers, values[0], rows, method, metric)
+    if losses:
+        result.baseline_loss = losses[0]
+        result.losses = [losses[1 + i * heads : 1 + (i + 1) * heads] for i in range(len(layers))]
     if correct:
         columns = {"correct": torch.stack(correct, dim=1), "labelled": labelled.sum(1)}
         ablated = intervals.bootstrap(columns, lambda s: s["correct"][:, 1:] / s["labelled"][:, None], level)
