@@ -94,9 +94,9 @@ def run_command(command: str, tmp: Path, full: bool = False) -> None:
 # ------------------------------------------------------------------ the outputs a page shows
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 SECONDS = re.compile(r"-?\d+(?:\.\d+)? ?s\b|took [\d.]+ s")  # durations: machine-dependent, not compared
+MARKER = r"<!-- output(?:, numbers within (?P<percent>[\d.]+)%)?[^>]*-->\s*"  # what follows the % is prose
 OUTPUT = re.compile(
-    r"```bash\n(?P<commands>(?:(?!```).)*)```\s*<!-- output(?:, numbers within (?P<percent>[\d.]+)%)? -->\s*"
-    r"```text\n(?P<text>(?:(?!```).)*)```",
+    r"```bash\n(?P<commands>(?:(?!```).)*)```\s*" + MARKER + r"```text\n(?P<text>(?:(?!```).)*)```",
     re.S,
 )
 
@@ -114,6 +114,20 @@ def shown_outputs(page: Path) -> list[tuple[list[str], str, float]]:
         ]
         found.append((commands, match["text"], float(match["percent"] or 0) / 100))
     return found
+
+
+PYTHON_OUTPUT = re.compile(
+    r"```python\n(?P<code>(?:(?!```).)*)```\s*(?:" + MARKER + r")?```text\n(?P<text>(?:(?!```).)*)```",
+    re.S,
+)
+
+
+def python_outputs(page: Path) -> list[tuple[str, str, float]]:
+    """Every Python block followed by the text it prints: (the code, the text, the relative tolerance of
+    its numbers: 2% where threads move last digits, or what a `<!-- output, numbers within N% -->`
+    between them says where a figure moves more on another CPU's kernels)."""
+    found = PYTHON_OUTPUT.finditer(page.read_text())
+    return [(m["code"], m["text"], float(m["percent"] or 2) / 100) for m in found]
 
 
 def differences(expected: str, actual: str, tolerance: float) -> list[str]:

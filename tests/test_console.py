@@ -299,6 +299,7 @@ def test_output_to_a_file_gets_a_progress_line_between_validations(tmp_path, mon
     from transformer_lab.training import progress
 
     monkeypatch.setattr(progress, "EVERY", 0.0)
+    monkeypatch.setattr(progress, "interactive", lambda: False)  # an earlier test may have imported ipykernel
     with caplog.at_level(logging.INFO, logger="transformer_lab"):
         train(compose_train_config(tmp_path, "trainer.max_steps=3", base=TINY_REVERSE))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(progress.HEARTBEAT)]

@@ -1,6 +1,8 @@
 """docs/features.md is run: every command of its `<!-- output -->` blocks (the SAE trained in full first)
 and its Python table of every kind on every answer key, in a temporary directory, their output compared
-with what the page shows (numbers within 2%). Minutes of training: in `make reproduce`."""
+with what the page shows (numbers within the tolerance each block states: 2% where only threads move
+them, more where a figure moves with the CPU's kernels, as the page says). Minutes of training: in
+`make reproduce`."""
 
 import contextlib
 import io
@@ -9,7 +11,7 @@ import re
 import pytest
 
 from tests.conftest import ROOT
-from tests.pages import differences, page_steps, printed_by, shown_outputs
+from tests.pages import differences, printed_by, python_outputs, shown_outputs
 
 PAGE = ROOT / "docs" / "features.md"
 
@@ -33,10 +35,9 @@ def test_the_page_prints_what_it_shows(tmp_path, monkeypatch):
     for commands, expected, tolerance in shown_outputs(PAGE):
         found = differences(expected, printed_by(commands, tmp_path, full=True), tolerance)
         problems += [f"{commands}\n{problem}" for problem in found]
-    for kind, code, expected in page_steps(PAGE):
-        if kind == "python" and expected is not None:
-            printed = io.StringIO()
-            with contextlib.redirect_stdout(printed):
-                exec(compile(code, str(PAGE), "exec"), {})
-            problems += differences(expected, printed.getvalue(), 0.02)
+    for code, expected, tolerance in python_outputs(PAGE):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, str(PAGE), "exec"), {})
+        problems += differences(expected, printed.getvalue(), tolerance)
     assert not problems, "\n\n".join(problems)
