@@ -3,6 +3,7 @@ changes it measures: fused AdamW, training metrics logged only when written, eag
 
 import importlib
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -247,6 +248,22 @@ def test_compile_trains_like_eager(tmp_path):
     eager = train(compose_train_config(tmp_path / "eager", *overrides))
     compiled = train(compose_train_config(tmp_path / "compiled", *overrides, "model.compile=true"))
     assert compiled["val/loss"] == pytest.approx(eager["val/loss"], rel=1e-3)
+
+
+def test_compile_keeps_one_cache_per_kernel_set(monkeypatch, tmp_path):
+    """torch.compile's cache is not keyed by ATEN_CPU_CAPABILITY (AVX2 code reloaded under `default` does not
+    build): each kernel set gets a subfolder of it, once, however often a model is compiled."""
+    from transformer_lab.training.predictor import _inductor_cache_per_kernel_set
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    _inductor_cache_per_kernel_set()
+    _inductor_cache_per_kernel_set()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "aten_cpu_capability_default")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    _inductor_cache_per_kernel_set()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)
 
 
 def test_explorer_phase_measures_the_page(phase, tmp_path):

@@ -218,7 +218,8 @@ class HeadAblation:
         baseline: what ablation tables of language models report beside accuracy."""
         width = max(len(name) for name in self.layers)
         heads = len(self.losses[0])
-        title = f"loss with one head {self.method}-ablated (baseline {self.baseline_loss:.4f}; and its change)"
+        baseline = f"baseline {self.baseline_loss:.4f}"
+        title = f"loss with one head {self.method}-ablated ({baseline}; and its change)"
         lines = [
             title + ":",
             f"{'layer':<{width}} " + " ".join(f"{'head ' + str(h):>16}" for h in range(heads)),

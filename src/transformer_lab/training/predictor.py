@@ -5,8 +5,11 @@ It is thin on purpose: `.net` is the plain `nn.Module` (built from the `net` hyp
 Batches are `(*model inputs, labels)`; labels equal to -100 (padding) count for nothing.
 """
 
+import getpass
 import inspect
 import math
+import os
+import tempfile
 import typing
 from collections.abc import Mapping
 from dataclasses import fields
@@ -24,6 +27,21 @@ from transformer_lab.nn.schedules import SCHEDULES, warmup_scheduler
 from transformer_lab.training.checkpoint_io import FORMAT_VERSION
 from transformer_lab.training.config_checks import check_arguments, check_values
 from transformer_lab.training.datamodule import task_of
+
+
+def _inductor_cache_per_kernel_set() -> None:
+    """Give `torch.compile` one on-disk cache per `ATEN_CPU_CAPABILITY`: a subfolder of its cache named
+    after it. The cache is not keyed by that variable, so C++ generated for AVX2 and reloaded under
+    `ATEN_CPU_CAPABILITY=default` fails to build ("'at::vec' has not been declared")."""
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    if not capability:
+        return
+    default = os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default
+    folder = f"aten_cpu_capability_{capability}"
+    if os.path.basename(cache) != folder:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, folder)
+
 
 METRICS = ("acc", "seq_acc", "bpc", "ppl")
 DECAYED = ("matrices", "all")  # the parameters weight decay applies to
@@ -88,6 +106,7 @@ class TransformerPredictor(L.LightningModule):
         """With `compile=True`, compile the training and evaluation pass (inputs -> logits -> loss).
         Generation and analysis stay eager: their shapes change from call to call."""
         if self.hparams.compile and self._compiled_loss is None:
+            _inductor_cache_per_kernel_set()
             self._compiled_loss = torch.compile(self._logits_and_loss)
 
     def _logits_and_loss(self, inputs: tuple[Tensor, ...], labels: Tensor) -> tuple[Tensor, Tensor]:
