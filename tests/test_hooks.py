@@ -58,6 +58,24 @@ def test_cache_has_every_hook_point_in_forward_order_with_its_shape(model):
         assert not activation.requires_grad
 
 
+def test_a_cache_that_stops_at_its_last_hook_computes_nothing_after_it(model):
+    x = _tokens()
+    _, full = model.run_with_cache(x)
+    later: list[str] = []
+    last = "blocks.0.hook_resid_post"
+    with model.hooks(
+        [
+            (
+                lambda name: name in ("blocks.1.hook_resid_pre", "ln_final.hook_normalized"),
+                lambda a, hook: later.append(hook.name),
+            )
+        ]
+    ):
+        output, cache = model.run_with_cache(x, names_filter=last, stop_at_last=True)
+    assert output is None and list(cache) == [last] and later == []  # nothing after the last hook ran
+    torch.testing.assert_close(cache[last], full[last])  # (hooks elsewhere change the attention kernel)
+
+
 def test_pattern_rows_are_distributions_and_zero_on_hidden_keys(model):
     x = _tokens()
     _, cache = model.run_with_cache(x, names_filter=lambda name: name.endswith("hook_pattern"))

@@ -4,7 +4,7 @@ logit attribution and deletion curves."""
 import pytest
 import torch
 
-from transformer_lab import faithfulness, interventions, lens
+from transformer_lab.analysis import faithfulness, interventions, lens
 from transformer_lab.nn import HookPoint, build_model
 
 SEQ_LEN, DIGITS = 6, 10
@@ -184,9 +184,36 @@ def test_the_lens_of_the_last_layer_is_the_models_prediction(arch):
     inputs = (torch.randint(3, 12, (4, 8)),) + ((torch.randint(3, 12, (4, 6)),) if extra else ())
     readings = lens.logit_lens(model, inputs)
     assert len(readings) == 4
-    assert torch.equal(readings[-1], model(*inputs))
-    labels = model(*inputs).argmax(-1)
-    assert lens.lens_accuracy(model, inputs, labels).layers[-1] == 1.0
+    logits = model(*inputs)
+    assert torch.equal(readings[-1], logits)
+    positions = torch.tensor([5, 0, 3])
+    at = lens.logit_lens(model, inputs, positions=positions)
+    assert all(torch.allclose(a, r[:, positions], atol=1e-5) for a, r in zip(at, readings, strict=True))
+    labels = logits.argmax(-1)
+    labels[0, :2] = -100  # unlabelled positions count for nothing
+    result = lens.lens_accuracy(model, inputs, labels)
+    assert result.layers[-1] == 1.0
+    own_loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+    assert result.losses[-1] == pytest.approx(float(own_loss), abs=1e-5)
+
+
+def test_the_lens_reads_in_chunks_what_it_reads_at_once(monkeypatch):
+    """Memory flat in examples and vocabulary: one example and one position at a time (MEMORY of one byte)
+    give every layer's accuracy, loss and interval as one batch does."""
+    torch.manual_seed(0)
+    config = dict(arch="decoder", vocab_size=50, model_dim=16, num_heads=2, num_layers=2, max_len=9)
+    model = build_model(config)
+    inputs = torch.randint(0, 50, (6, 9))
+    labels = torch.randint(0, 50, (6, 9))
+    labels[2, 4:] = -100
+    top2 = torch.stack([r.topk(2, dim=-1).values for r in lens.logit_lens(model, inputs)])
+    assert (top2[..., 0] - top2[..., 1]).min() > 1e-4  # no near-tie: no kernel's rounding can move an argmax
+    whole = lens.lens_accuracy(model, inputs, labels, level=0.9)
+    monkeypatch.setattr(lens, "MEMORY", 1)
+    chunked = lens.lens_accuracy(model, inputs, labels, level=0.9)
+    assert chunked.layers == whole.layers  # counts of the same argmaxes
+    assert chunked.losses == pytest.approx(whole.losses, abs=1e-6)
+    assert chunked.intervals == whole.intervals
 
 
 def test_direct_logit_attribution_puts_everything_on_the_copying_head():

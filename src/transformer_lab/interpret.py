@@ -302,12 +302,14 @@ def analyse_lens(model, inputs, labels, names: list[str], args: dict, out_dir: P
     result = lens.lens_accuracy(model, inputs, labels, ci_level(args))
     readings_at = ["embedding"] + [f"after block {i}" for i in range(len(result.layers) - 1)]
     level = f" ({result.level:.0%} interval over examples)" if result.intervals else ""
-    print(f"Accuracy of the prediction read from the residual stream (logit lens){level}:")
-    for i, (name, value) in enumerate(zip(readings_at, result.layers, strict=True)):
-        interval = (
-            f" [{result.intervals[i][0]:.3f}, {result.intervals[i][1]:.3f}]" if result.intervals else ""
-        )
-        print(f"  {name:<15} {value:.3f}{interval}")
+    print(f"Accuracy and loss of the prediction read from the residual stream (logit lens){level}:")
+    width = 22 if result.intervals else 9
+    print(f"  {'':<15} {'accuracy':<{width}} loss")
+    for i, (name, value, loss) in enumerate(zip(readings_at, result.layers, result.losses, strict=True)):
+        cell = f"{value:.3f}"
+        if result.intervals:
+            cell += f" [{result.intervals[i][0]:.3f}, {result.intervals[i][1]:.3f}]"
+        print(f"  {name:<15} {cell:<{width}} {loss:.3f}")
     numbers = result.to_dict()
     try:
         attribution = lens.direct_logit_attribution(model, inputs, labels)
@@ -320,11 +322,11 @@ def analyse_lens(model, inputs, labels, names: list[str], args: dict, out_dir: P
         for name, value in top:
             print(f"  {name:<20} {value:+.3f}")
     # the figure: the first example, every layer's top token and the right token's probability
-    readings = lens.logit_lens(model, tuple(x[:1] for x in inputs))
     labelled = (labels[0] != IGNORE_INDEX).nonzero()[:, 0][-48:]  # the last 48 labelled positions
+    readings = lens.logit_lens(model, tuple(x[:1] for x in inputs), positions=labelled)
     right = labels[0, labelled]
-    probability = torch.stack([r[0, labelled].softmax(-1)[torch.arange(len(right)), right] for r in readings])
-    predicted = [[names[i] for i in r[0, labelled].argmax(-1).tolist()] for r in readings]
+    probability = torch.stack([r[0].softmax(-1)[torch.arange(len(right)), right] for r in readings])
+    predicted = [[names[i] for i in r[0].argmax(-1).tolist()] for r in readings]
     ids = inputs[-1][0, labelled].tolist()
     tokens = display(ids) if display else [model.vocab[i] for i in ids]  # the task's display of its tokens
     title = f"Logit lens (accuracy by layer: {', '.join(f'{v:.2f}' for v in result.layers)})"

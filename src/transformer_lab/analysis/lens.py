@@ -24,54 +24,109 @@ For an encoder-decoder both read the decoder's stream.
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab.analysis import intervals
 from transformer_lab.analysis.arguments import as_inputs, as_model
-from transformer_lab.analysis.interventions import accuracy
 from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating
 from transformer_lab.nn.blocks import RMSNorm
 
+MEMORY = 2**28  # bytes of streams or logits a reading holds at once: examples and positions go in chunks
 
-def logit_lens(model: TokenModel, inputs: Tensor | tuple[Tensor, ...]) -> list[Tensor]:
-    """Logits read from the stream after the embedding and after each block: a list of num_layers + 1
-    tensors [B, T, classes], the last equal to the model's output."""
-    model = as_model(model)
-    inputs = as_inputs(inputs, model)
+
+def _stream_names(model: TokenModel) -> list[str]:
+    """The hook points the lens reads: the stream after the embedding and after each block."""
     prefix, stack = model.readout
-    names = [f"{prefix}blocks.0.hook_resid_pre"] + [
+    return [f"{prefix}blocks.0.hook_resid_pre"] + [
         f"{prefix}blocks.{i}.hook_resid_post" for i in range(len(stack.blocks))
     ]
+
+
+def _chunks(total: int, size: int) -> list[slice]:
+    """0 .. total in slices of `size`."""
+    return [slice(start, min(start + size, total)) for start in range(0, total, size)]
+
+
+def _read(model: TokenModel, stream: Tensor) -> Tensor:
+    """logits = W_U LN_final(stream) + b_U, for a stream [..., D]."""
+    return model.unembed(model.readout[1].ln_final(stream))
+
+
+def logit_lens(
+    model: TokenModel, inputs: Tensor | tuple[Tensor, ...], positions: Tensor | None = None
+) -> list[Tensor]:
+    """Logits read from the stream after the embedding and after each block: a list of num_layers + 1
+    tensors [B, T, classes] (or [B, len(positions), classes] at the given positions only), the last equal
+    to the model's output. Every layer's logits at once: for many examples of a large vocabulary, the
+    measures of `lens_accuracy` keep only what they need."""
+    model = as_model(model)
+    inputs = as_inputs(inputs, model)
+    names = _stream_names(model)
     with evaluating(model):
-        _, cache = model.run_with_cache(*inputs, names_filter=lambda name: name in names)
-        return [model.unembed(stack.ln_final(cache[name])) for name in names]
+        _, cache = model.run_with_cache(*inputs, names_filter=lambda name: name in names, stop_at_last=True)
+        streams = [cache[name] if positions is None else cache[name][:, positions] for name in names]
+        return [_read(model, stream) for stream in streams]
 
 
 @dataclass
 class Lens:
-    """The metric read at every layer (`layers[0]`: the embedding, `layers[-1]`: the model's output);
-    with `level`, each one's bootstrap interval over the examples ([low, high])."""
+    """The accuracy and the loss (mean cross-entropy) read at every layer (`layers[0]`: the embedding,
+    `layers[-1]`: the model's output); with `level`, each accuracy's bootstrap interval over the examples
+    ([low, high])."""
 
     layers: list[float]
+    losses: list[float]
     metric: str = "acc"
     level: float = 0.0
     intervals: list[list[float]] | None = None
 
     def to_dict(self) -> dict:
         ci = {"ci": {"level": self.level, "layers": self.intervals}} if self.intervals is not None else {}
-        return {"metric": self.metric, "layers": self.layers, **ci}
+        return {"metric": self.metric, "layers": self.layers, "losses": self.losses, **ci}
 
 
 def lens_accuracy(
     model: TokenModel, inputs: Tensor | tuple[Tensor, ...], labels: Tensor, level: float = 0.0
 ) -> Lens:
-    """Accuracy of the prediction read at each layer; the last entry is the model's own accuracy. With
-    `level`, each one's bootstrap interval over the examples (`analysis.intervals`)."""
-    readings = logit_lens(model, inputs)
-    result = Lens([accuracy(logits, labels) for logits in readings])
-    if level and labels.size(0) > 1:  # over one example, a bootstrap says nothing
-        labelled = labels != IGNORE_INDEX
-        correct = torch.stack([((r.argmax(-1) == labels) & labelled).sum(1) for r in readings], dim=1)
+    """Accuracy and loss of the prediction read at each layer; the last entry is the model's own. With
+    `level`, each accuracy's bootstrap interval over the examples (`analysis.intervals`).
+
+    Memory stays flat in the number of examples and the vocabulary: the examples run in batches whose
+    streams and attention scores fit `MEMORY`, the forward pass stops at the last stream (the model's
+    own logits are read like the others'), and the logits are read only at labelled positions, a chunk
+    of `MEMORY` at a time, each reduced to its hits and its cross-entropy before the next."""
+    model = as_model(model)
+    inputs = as_inputs(inputs, model)
+    names = _stream_names(model)
+    count, length = labels.shape
+    config = model.config  # an example's bytes: its streams, and one layer's attention scores in the forward
+    per_example = 4 * length * (config.model_dim * len(names) + config.num_heads * length)
+    batch = max(1, MEMORY // per_example)
+    rows = max(1, MEMORY // (4 * config.output_classes))
+    correct = torch.zeros(count, len(names))
+    nll = torch.zeros(count, len(names), dtype=torch.float64)
+    labelled = labels != IGNORE_INDEX
+    with evaluating(model):
+        for part in _chunks(count, batch):
+            start = part.start
+            _, cache = model.run_with_cache(
+                *(x[part] for x in inputs), names_filter=lambda n: n in names, stop_at_last=True
+            )
+            where = labelled[part]
+            example = where.nonzero()[:, 0] + start  # the example of each labelled position
+            y = labels[part][where]
+            for j, name in enumerate(names):
+                stream = cache[name][where]  # [N, D]: the labelled positions only
+                for chunk in _chunks(len(y), rows):
+                    logits = _read(model, stream[chunk][None])[0].float()  # [rows, classes]
+                    hit = (logits.argmax(-1) == y[chunk]).float()
+                    loss = F.cross_entropy(logits, y[chunk], reduction="none").double()
+                    correct[:, j].index_add_(0, example[chunk], hit)
+                    nll[:, j].index_add_(0, example[chunk], loss)
+    total = labelled.sum().clamp(min=1)
+    result = Lens((correct.sum(0) / total).tolist(), (nll.sum(0) / total).tolist())
+    if level and count > 1:  # over one example, a bootstrap says nothing
         columns = {"correct": correct, "labelled": labelled.sum(1)}
         low, high = intervals.bootstrap(columns, lambda s: s["correct"] / s["labelled"][:, None], level)
         result.level, result.intervals = level, torch.stack([low, high], dim=-1).tolist()

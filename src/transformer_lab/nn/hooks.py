@@ -75,6 +75,10 @@ def evaluating(model: nn.Module, autograd: str = "off") -> Iterator[None]:
         model.train(was_training)
 
 
+class StopForward(Exception):
+    """Raised by a hook to end the forward pass there, when the activations so far are all that is needed."""
+
+
 class HookPoint(nn.Module):
     """The identity, at a named place of the forward pass. Attach functions with `HookedModule` methods."""
 
@@ -166,17 +170,32 @@ class HookedModule(nn.Module):
             return self(*inputs, **kwargs)
 
     def run_with_cache(
-        self, *inputs: Tensor, names_filter: NameFilter | None = None, **kwargs: object
-    ) -> tuple[Tensor, dict[str, Tensor]]:
+        self,
+        *inputs: Tensor,
+        names_filter: NameFilter | None = None,
+        stop_at_last: bool = False,
+        **kwargs: object,
+    ) -> tuple[Tensor | None, dict[str, Tensor]]:
         """The model's output and the activation at every hook point (or those `names_filter` picks),
-        detached from the autograd graph, in forward order. For gradients with respect to an activation,
-        keep it yourself with `run_with_hooks`."""
+        detached from the autograd graph, in forward order. With `stop_at_last`, the forward pass ends at
+        the last hook point picked (nothing after it is computed, e.g. a large vocabulary's logits) and the
+        output is None. For gradients with respect to an activation, keep it yourself with
+        `run_with_hooks`."""
         cache: dict[str, Tensor] = {}
+        picks = names_filter or _every_name
+        if isinstance(picks, str):
+            picks = picks.__eq__
+        last = [name for name in self.hook_names() if picks(name)][-1:] if stop_at_last else []
 
         def save(activation: Tensor, hook: HookPoint) -> None:
             cache[hook.name] = activation.detach()
+            if [hook.name] == last:
+                raise StopForward
 
-        output = self.run_with_hooks(*inputs, fwd_hooks=[(names_filter or _every_name, save)], **kwargs)
+        try:
+            output = self.run_with_hooks(*inputs, fwd_hooks=[(picks, save)], **kwargs)
+        except StopForward:
+            output = None
         return output, cache
 
     def get_attention_maps(self, *inputs: Tensor, **kwargs: object) -> list[Tensor]:

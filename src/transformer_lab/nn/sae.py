@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from transformer_lab.nn import sae_kinds
 from transformer_lab.nn.config import from_plain, is_int, is_number, require
 from transformer_lab.nn.dictionary import Dictionary
-from transformer_lab.nn.hooks import HookedModule, HookPoint
+from transformer_lab.nn.hooks import HookedModule, HookPoint, StopForward
 
 MAX_WIDTH = 1 << 22  # features: far above what fits a laptop's memory at any d_in worth an SAE
 MAX_D_IN = 1 << 17
@@ -177,14 +177,14 @@ def hook_dim(model: HookedModule, hook: str) -> int:
 
     def keep(activation: Tensor, point: HookPoint) -> None:
         dims.append(math.prod(activation.shape[2:]))
-        raise _Stop
+        raise StopForward
 
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad(), model.hooks([(hook, keep)]):
             model(*inputs)
-    except _Stop:
+    except StopForward:
         pass
     finally:
         model.train(was_training)
@@ -249,10 +249,6 @@ def spliced(model: HookedModule, sae: SparseAutoencoder, hook: str | None = None
         unsplice(model)
 
 
-class _Stop(Exception):
-    """Ends a forward pass at a hook point whose activation is all that is needed."""
-
-
 def activations_at(model: HookedModule, hook: str, *inputs: Tensor) -> Tensor:
     """The activation at `hook` for `inputs`, [B, T, d] (per-head hooks flattened to [B, T, H D]); the
     forward pass stops there (nothing after the hook is computed). Under the caller's autograd mode."""
@@ -260,12 +256,12 @@ def activations_at(model: HookedModule, hook: str, *inputs: Tensor) -> Tensor:
 
     def keep(activation: Tensor, point: HookPoint) -> None:
         found.append(activation.flatten(2) if activation.dim() == 4 else activation)
-        raise _Stop
+        raise StopForward
 
     try:
         with model.hooks([(hook, keep)]):
             model(*inputs)
-    except _Stop:
+    except StopForward:
         pass
     return found[0]
 
