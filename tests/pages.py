@@ -94,17 +94,20 @@ def run_command(command: str, tmp: Path, full: bool = False) -> None:
 # ------------------------------------------------------------------ the outputs a page shows
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 SECONDS = re.compile(r"-?\d+(?:\.\d+)? ?s\b|took [\d.]+ s")  # durations: machine-dependent, not compared
-MARKER = r"<!-- output(?:, numbers within (?P<percent>[\d.]+)%)?[^>]*-->\s*"  # what follows the % is prose
+MARKER = r"<!-- output(?:, numbers within (?P<percent>[\d.]+)%)?(?:(?!-->).)*-->\s*"  # after the %: prose
 OUTPUT = re.compile(
-    r"```bash\n(?P<commands>(?:(?!```).)*)```\s*" + MARKER + r"```text\n(?P<text>(?:(?!```).)*)```",
+    r"```bash\n(?P<commands>(?:(?!```).)*)```(?:(?!```|<!--).)*"
+    + MARKER
+    + r"```text\n(?P<text>(?:(?!```).)*)```",
     re.S,
 )
 
 
 def shown_outputs(page: Path) -> list[tuple[list[str], str, float]]:
-    """Every output a page shows: a bash block, then `<!-- output -->` (or `<!-- output, numbers within
-    2% -->` where threads move the last digits), then the ```text block the commands print: (the
-    commands, the text, the relative tolerance of its numbers)."""
+    """Every output a page shows: a bash block, then (after any prose without a code block)
+    `<!-- output -->` (or `<!-- output, numbers within 2% -->` where threads move the last digits), then
+    the ```text block the commands print: (the commands, the text, the relative tolerance of its
+    numbers)."""
     found = []
     for match in OUTPUT.finditer(page.read_text()):
         commands = [
@@ -199,3 +202,13 @@ def printed_by(commands: list[str], tmp: Path, full: bool) -> str:
         logger.removeHandler(handler)
         logger.setLevel(level)
     return out.getvalue()
+
+
+def unread_markers(page: Path) -> int:
+    """How many `<!-- output ... -->` markers (at a line's start) of a page no output block reads (a
+    marker between the wrong blocks): each one's output would go unchecked."""
+    text = page.read_text()
+    read = sum(
+        "<!-- output" in m.group(0) for pattern in (OUTPUT, PYTHON_OUTPUT) for m in pattern.finditer(text)
+    )
+    return len(re.findall(r"^<!-- output", text, re.M)) - read

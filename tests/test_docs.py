@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tests.pages import differences, page_steps, printed_by, run_command, shown_outputs
+from tests.pages import differences, page_steps, printed_by, run_command, shown_outputs, unread_markers
 
 
 def _python_block(page: str, starting_with: str) -> str:
@@ -93,6 +93,13 @@ def _checked(page: str, training: bool) -> list[tuple[list[str], str, float]]:
         for commands, text, tolerance in shown_outputs(ROOT / "docs" / page)
         if any(command.split()[1] == "train.py" for command in commands) == training
     ]
+
+
+def test_every_output_marker_of_the_docs_is_read():
+    """A `<!-- output -->` marker between the wrong blocks, or holding `-->` early, would leave its
+    output unchecked."""
+    pages = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
+    assert {page.name: unread_markers(page) for page in pages if unread_markers(page)} == {}
 
 
 @pytest.mark.parametrize("page", OUTPUT_PAGES)
