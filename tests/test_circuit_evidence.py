@@ -82,16 +82,22 @@ def _previous_token_and_induction_heads(checkpoint):
     return previous, inducing
 
 
-def _k_composition_in_the_default_circuit(script, location: str, out_dir) -> dict:
+def _k_composition_in_the_default_circuit(script, location: str, out_dir, within: int = 0) -> dict:
     """The default circuit command on an induction model: its circuit holds a previous-token head ->
     induction head .k edge, verified by exact patching, whose exact effect is larger than eap's estimate.
-    Returns circuit.json."""
+    With `within`, the edge need only rank among the top `within` by exact effect, its interval clear of
+    0 (what holds in every seed and on every CPU's kernels: the keys' share of the effect varies from
+    model to model, docs/circuits.md). Returns circuit.json."""
     script.main([f"ckpt_path={location}", "analysis=circuit", f"out_dir={out_dir}"])
     numbers = json.loads((out_dir / "circuit.json").read_text())
     assert (numbers["method"], numbers["metric"], numbers["verified"]) == ("eap", "logit_diff", 20)
     previous, inducing = _previous_token_and_induction_heads(transformer_lab.load(location))
     edges = numbers["edges"]
-    chosen = [(edges[i]["src"], edges[i]["dst"]) for i in numbers["circuit"]]
+    if within:
+        verified = sorted((e for e in edges if "exact" in e), key=lambda e: -abs(e["exact"]))[:within]
+        chosen = [(e["src"], e["dst"]) for e in verified if e["exact_ci"][1] < 0 or e["exact_ci"][0] > 0]
+    else:
+        chosen = [(edges[i]["src"], edges[i]["dst"]) for i in numbers["circuit"]]
     k_composition = [(s, d) for s, d in chosen if s in previous and d.removesuffix(".k") in inducing]
     assert k_composition and all(d.endswith(".k") for _, d in k_composition), chosen
     for src, dst in k_composition:  # verified, and its exact effect larger than eap's estimate of it
@@ -291,15 +297,16 @@ def test_verify_with_an_exact_method_checks_nothing_and_ci_0_writes_no_interval(
 @pytest.mark.reproduce
 def test_a_freshly_trained_induction_model_shows_its_k_composition(script, tmp_path, monkeypatch):
     """The shipped model's own command (models.json's overrides), trained again in full (1-3 minutes),
-    then the default circuit command: its circuit holds a K-composition edge, as the shipped one's does.
-    On one thread, as performance.md runs it: the same arithmetic on any machine; with two threads the
-    weights differ in their last digits and, as in other seeds, that edge may rank just past the
-    smallest faithful circuit (docs/circuits.md)."""
+    then the default circuit command: a K-composition edge ranks in the top ten by exact effect, its
+    interval clear of 0. On one thread, as performance.md runs it; on this machine's AVX2 kernels the
+    edge is in the circuit, as the shipped model's is, but two threads or another CPU's kernels change
+    the weights' last digits and, as in other seeds, the edge may rank just past the smallest faithful
+    circuit (7th of 20 under ATEN_CPU_CAPABILITY=default, where 5 edges reach 0.9: docs/circuits.md)."""
     monkeypatch.chdir(tmp_path)
     overrides = [*pretrained.record("induction_heads")["overrides"], "threads=1"]
     run_training([*overrides, "hydra.run.dir=saved_models/induction_heads"], tmp_path, base=FULL)
     best = tmp_path / "saved_models" / "induction_heads" / "checkpoints" / "best.ckpt"
-    _k_composition_in_the_default_circuit(script, str(best), tmp_path / "circuit")
+    _k_composition_in_the_default_circuit(script, str(best), tmp_path / "circuit", within=10)
 
 
 def test_a_circuit_keeps_only_the_edges_on_a_path_from_the_inputs_to_the_logits():
