@@ -66,7 +66,7 @@ CHECKED = [
     "a final induction score above 0.5 in at least 4 of 5 seeds",
     "val/acc phase change in every seed, half way between steps 2000 and 4500",
     "an event of the held-out accuracy in every seed",
-    "the Fourier sparsity out of its chance region by the snapshot where that event begins",
+    "the Fourier sparsity more than ten standard deviations above that of 200 Gaussian embeddings",
     "between 3 and 12 key frequencies in the final embedding of every seed",
     "no event in any control that its control does not name",
 ]

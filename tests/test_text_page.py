@@ -59,7 +59,7 @@ def test_every_command_of_the_page_runs_and_prints_the_corpus_lines_it_shows(tmp
 
 @pytest.mark.reproduce
 def test_the_page_shows_what_a_full_run_prints(tmp_path, monkeypatch):
-    """python train.py experiment=text_small in full (minutes), then the sample and the analysis, compared
+    """python train.py experiment=text_small in full (minutes), then the analysis, compared
     with the page to the tolerance it states."""
     monkeypatch.chdir(tmp_path)
     _make_the_folder(tmp_path)
