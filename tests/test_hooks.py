@@ -74,6 +74,8 @@ def test_a_cache_that_stops_at_its_last_hook_computes_nothing_after_it(model):
         output, cache = model.run_with_cache(x, names_filter=last, stop_at_last=True)
     assert output is None and list(cache) == [last] and later == []  # nothing after the last hook ran
     torch.testing.assert_close(cache[last], full[last])  # (hooks elsewhere change the attention kernel)
+    with pytest.raises(ValueError, match=r"'blocks\.9\.hook_resid_post' is not a hook point"):
+        model.run_with_cache(x, names_filter="blocks.9.hook_resid_post", stop_at_last=True)
 
 
 def test_pattern_rows_are_distributions_and_zero_on_hidden_keys(model):

@@ -182,10 +182,9 @@ class HookedModule(nn.Module):
         output is None. For gradients with respect to an activation, keep it yourself with
         `run_with_hooks`."""
         cache: dict[str, Tensor] = {}
-        picks = names_filter or _every_name
-        if isinstance(picks, str):
-            picks = picks.__eq__
-        last = [name for name in self.hook_names() if picks(name)][-1:] if stop_at_last else []
+        picks = names_filter or _every_name  # a name is checked by `hooks`, which names a wrong one
+        picked = picks if callable(picks) else picks.__eq__
+        last = [name for name in self.hook_names() if picked(name)][-1:] if stop_at_last else []
 
         def save(activation: Tensor, hook: HookPoint) -> None:
             cache[hook.name] = activation.detach()
