@@ -46,8 +46,17 @@ def test_named_tokens_a_file_of_pairs_and_circuits_take_the_same_prompts(tmp_pat
     pairs = tmp_path / "pairs.jsonl"
     rows = [{"clean": "JULIE", "corrupted": "ROMEO"}, {"clean": "ROMEO", "corrupted": "JULIE", "wrong": "T"}]
     pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    err = refused(
+        capsys, SHAKESPEARE, "analysis=patching", f"pairs={pairs}", "ci=0.9", f"out_dir={tmp_path}/2"
+    )
+    assert "ci=0.9 needs at least 8 examples for an interval, and this analysis reads 2 examples" in err
+    interpret(SHAKESPEARE, "analysis=patching", f"pairs={pairs}", f"out_dir={tmp_path / 'two'}")
+    printed = capsys.readouterr().out  # two pairs: no interval by default, and a line says why
+    assert "2 prompt pairs, metric logit(answer over wrong)" in printed
+    assert "(no intervals: 2 examples are too few for one; 8 or more give them)" in printed
+    assert "ci" not in json.loads((tmp_path / "two" / "patching.json").read_text())
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows * 4))
     interpret(SHAKESPEARE, "analysis=patching", f"pairs={pairs}", "ci=0.9", f"out_dir={tmp_path / 'file'}")
-    assert "2 prompt pairs, metric logit(answer over wrong)" in capsys.readouterr().out
     numbers = json.loads((tmp_path / "file" / "patching.json").read_text())
     assert numbers["ci"]["level"] == 0.9 and len(numbers["ci"]["mlp"]["blocks.0.hook_mlp_out"]) == 5
     interpret(SHAKESPEARE, "analysis=circuit", f"pairs={pairs}", "verify=2", f"out_dir={tmp_path / 'c'}")

@@ -185,3 +185,40 @@ def test_the_default_number_of_examples_fits_a_time_budget(monkeypatch, tmp_path
     monkeypatch.setattr(budget, "SECONDS", 1e9)  # a fast machine: the usual 512
     script.main(["ckpt_path=pretrained:reverse_2l4h", "analysis=lens", f"out_dir={tmp_path}"])
     assert "examples, not" not in capsys.readouterr().out
+
+
+def test_a_default_circuit_fits_its_budget_with_fewer_examples_then_fewer_checks(
+    monkeypatch, tmp_path, capsys
+):
+    """Without num_examples= and verify=, analysis=circuit reads as many examples as its passes fit in its
+    budget (at least the fewest an interval needs), then checks as many units as still fit, and says both;
+    what is asked for runs as asked."""
+    from transformer_lab import interpret_circuit
+    from transformer_lab.analysis import budget
+
+    script = load_script("interpret")
+    monkeypatch.setattr(interpret_circuit, "SECONDS", 1e-9)
+    script.main(["ckpt_path=pretrained:key_reverse", "analysis=circuit", f"out_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    assert f"analysis=circuit: {budget.FEWEST} examples, not 64 (about 50 passes of " in out
+    assert f"analysis=circuit: verify=0, not 20 (one pass of the {budget.FEWEST} examples per unit" in out
+    numbers = json.loads((tmp_path / "circuit.json").read_text())
+    assert numbers["num_examples"] == budget.FEWEST and numbers["verified"] == 0 and numbers["ci"]
+    script.main(["ckpt_path=pretrained:key_reverse", "analysis=circuit", "verify=3", f"out_dir={tmp_path}"])
+    assert "verify=0" not in capsys.readouterr().out  # asked for: checked
+    assert json.loads((tmp_path / "circuit.json").read_text())["verified"] == 3
+
+
+def test_too_few_examples_give_no_interval_and_an_asked_one_is_refused(tmp_path, capsys):
+    script = load_script("interpret")
+    base = ["ckpt_path=pretrained:reverse_2l4h", "analysis=heads", "num_examples=4"]
+    script.main([*base, f"out_dir={tmp_path}"])
+    assert "(no intervals: 4 examples are too few for one; 8 or more give them)" in capsys.readouterr().out
+    assert "ci" not in json.loads((tmp_path / "heads.json").read_text())
+    with pytest.raises(SystemExit) as exit_info:
+        run(script.main, [*base, "ci=0.9", f"out_dir={tmp_path / 'asked'}"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert "ci=0.9 needs at least 8 examples for an interval, and this analysis reads 4 examples" in err
+    script.main([*base[:2], "num_examples=8", "ci=0.9", f"out_dir={tmp_path}"])
+    assert json.loads((tmp_path / "heads.json").read_text())["ci"]["level"] == 0.9

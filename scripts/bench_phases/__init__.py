@@ -30,6 +30,8 @@ main one. A new phase is one module of this package named in `BUILT_IN`, in the 
     families.py         14: Pythia- and SmolLM-shaped models against transformers: forward, training step,
                         generation; the hook points' cost
     sae.py              15: training a sparse autoencoder, on the fly and from its cache; the cache's memory
+    real_sizes.py       every tool with its defaults on Pythia-70M- and SmolLM-135M-shaped folders: time,
+                        memory, and transformers' own load and forward for scale
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ BUILT_IN = (
     "defaults",
     "families",
     "sae",
+    "real_sizes",
 )
 
 Row = tuple[str, str, list[str]]  # (figure, format of the value, the results keys it shows)

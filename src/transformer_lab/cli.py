@@ -123,6 +123,17 @@ def prompts(args: dict[str, str]) -> dict[str, list] | None:
     return {k: [args.get(k)] for k in ("clean", "corrupted", "answer", "wrong")}
 
 
+def ci_level(args: dict[str, str], examples: int) -> float:
+    """`ci=`: the level of the printed intervals (default 0.95; 0: none) of a score over `examples`
+    examples; too few for an interval give none, said in a line (`intervals.level_for`)."""
+    from transformer_lab.analysis.intervals import level_for
+
+    level, line = level_for(args.get("ci"), examples)
+    if line:
+        print(line)
+    return level
+
+
 def output_file(text: str, key: str, example: str) -> Path:
     """`key=text` as a file to write, checked before any work is done: its folder exists and can be
     written, and it is not a folder itself."""

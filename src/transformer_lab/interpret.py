@@ -37,7 +37,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformer_lab.cli import output_dir, parse_key_values, pick_device, prompts, run, starting, to_number
+from transformer_lab.cli import (
+    ci_level,
+    output_dir,
+    parse_key_values,
+    pick_device,
+    prompts,
+    run,
+    starting,
+    to_number,
+)
 from transformer_lab.errors import as_config_error, require
 from transformer_lab.files import write_figure, write_text
 
@@ -75,8 +84,8 @@ KEYS = {
     "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | controls | features "
     "(required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
-    "num_examples": "how many test examples (default: heads 512 and lens 512, or as many as fit 15 s on this "
-    "machine; patching 64, faithfulness 16, dynamics 256)",
+    "num_examples": "how many test examples (default: heads 512, lens 512 and features 256, or as many as fit "
+    "15 s on a laptop CPU; circuit 64, or as many as fit 60 s; patching 64, faithfulness 16, dynamics 256)",
     "method": "heads: zero | mean ablation (default zero); circuit: {circuit_methods} (default eap, or "
     "eap_ig with metric=kl)",  # the registry's methods when the help is shown: keys()
     "metric": "circuit: logit_diff | logprob | kl (default: logit_diff where the task has a corruption, "
@@ -150,13 +159,6 @@ def parse_args(argv: list[str] | None) -> dict[str, str]:
     return args
 
 
-def ci_level(args: dict[str, str]) -> float:
-    """`ci=`: the level of the printed intervals (default 0.95; 0: none)."""
-    from transformer_lab.analysis.intervals import check_level
-
-    return check_level(args.get("ci"))
-
-
 def parse_heads(text: str) -> list[tuple[int, int]]:
     """`0.1,1.3` -> [(0, 1), (1, 3)]."""
     heads = []
@@ -187,7 +189,9 @@ def analyse_heads(model, inputs, labels, task, args, out_dir: Path) -> None:
     heads = parse_heads(args["heads"]) if "heads" in args else []
     with as_config_error():
         interventions.check_heads(model, heads)
-    result = interventions.ablate_heads(model, inputs, labels, method=method, level=ci_level(args))
+    result = interventions.ablate_heads(
+        model, inputs, labels, method=method, level=ci_level(args, labels.size(0))
+    )
     print(result.table())
     if model.language_model and result.losses:  # what ablation tables of language models report
         print(result.loss_table())
@@ -248,7 +252,9 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     given = prompts(args)
     clean, corrupted = checkpoint.patching_pairs(count, position, given)
     with as_config_error():
-        result = interventions.activation_patching(checkpoint.model, clean, corrupted, ci_level(args))
+        result = interventions.activation_patching(
+            checkpoint.model, clean, corrupted, ci_level(args, clean[1].size(0))
+        )
     if given is None:
         what = f"{count} pairs, source token {position} changed"
     else:
@@ -299,7 +305,7 @@ def analyse_lens(model, inputs, labels, names: list[str], args: dict, out_dir: P
     from transformer_lab.analysis import lens
     from transformer_lab.nn import IGNORE_INDEX
 
-    result = lens.lens_accuracy(model, inputs, labels, ci_level(args))
+    result = lens.lens_accuracy(model, inputs, labels, ci_level(args, labels.size(0)))
     readings_at = ["embedding"] + [f"after block {i}" for i in range(len(result.layers) - 1)]
     level = f" ({result.level:.0%} interval over examples)" if result.intervals else ""
     print(f"Accuracy and loss of the prediction read from the residual stream (logit lens){level}:")
@@ -338,7 +344,7 @@ def analyse_faithfulness(model, inputs, labels, args: dict, out_dir: Path) -> No
     from transformer_lab.analysis import faithfulness
 
     with as_config_error():
-        result = faithfulness.deletion_curves(model, inputs, labels, level=ci_level(args))
+        result = faithfulness.deletion_curves(model, inputs, labels, level=ci_level(args, labels.size(0)))
     print(result.table())
     title = f"Deletion curves ({result.outputs} outputs)"
     write(
@@ -456,6 +462,18 @@ def require_one_setting(location: str, runs: list[Path]) -> None:
         )
 
 
+def within_budget(model, checkpoint: Checkpoint, count: int, passes: int, analysis: str) -> int:
+    """How many of `count` examples `passes` forward passes each fit the time budget (`analysis.budget`),
+    said in a line when fewer."""
+    from transformer_lab.analysis.budget import FEWEST, examples_within
+
+    probe, _ = checkpoint.examples(min(FEWEST, count))
+    count, line = examples_within(model, probe, passes, count, f"analysis={analysis}")
+    if line:
+        print(line)
+    return count
+
+
 def analyse_features(run, count: int, args: dict[str, str], out_dir: Path) -> None:
     """An SAE's features on the first `count` test examples of its model's task: printed, features.json,
     features.png (`analysis.features`)."""
@@ -473,6 +491,9 @@ def analyse_features(run, count: int, args: dict[str, str], out_dir: Path) -> No
     if "text" in args:
         inputs, labels = run.source.text_example(args["text"])
     else:
+        if "num_examples" not in args:  # a pass for the features, then one per feature ablated
+            shown = len(chosen) if chosen else features.SHOWN
+            count = within_budget(run.model, run.source, count, 1 + shown, "features")
         inputs, labels = run.source.examples(count, exact="num_examples" in args)
     with as_config_error():
         result = features.analyse_features(
@@ -552,13 +573,7 @@ def interpret(args: dict[str, str]) -> None:
             )
         else:
             if analysis in PASSES and "num_examples" not in args:  # as many as fit the time budget
-                from transformer_lab.analysis.budget import examples_within
-
-                probe, _ = checkpoint.examples(min(8, count))
-                passes = PASSES[analysis](model)
-                count, line = examples_within(model, probe, passes, count, f"analysis={analysis}")
-                if line:
-                    print(line)
+                count = within_budget(model, checkpoint, count, PASSES[analysis](model), analysis)
             inputs, labels = checkpoint.examples(count, exact="num_examples" in args)
         if analysis == "heads":
             analyse_heads(model, inputs, labels, checkpoint.task, args, out_dir)

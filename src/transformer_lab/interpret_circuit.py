@@ -30,18 +30,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transformer_lab.analysis.circuits import methods, options  # no torch: the registry and the choices
-from transformer_lab.cli import prompts, to_number
+from transformer_lab.cli import ci_level, prompts, to_number
 from transformer_lab.errors import ConfigError, as_config_error
 from transformer_lab.files import write_figure, write_text
 
 if TYPE_CHECKING:
     from transformer_lab.analysis.circuits.evaluation import Circuit
     from transformer_lab.checkpoint import Checkpoint
+    from transformer_lab.nn import TokenModel
     from transformer_lab.sae_checkpoint import SAECheckpoint
 
 SHOWN = 8  # strongest edges (nodes) printed, and nodes in the per-node totals
 SHOWN_VERIFIED = 20  # at most this many verified edges printed (every one is in circuit.json)
 UNITS = ("heads", "features")  # the model's components (embeddings, heads, MLPs), or an SAE's features
+SECONDS = 60.0  # a default circuit analysis's time budget on a laptop CPU (analysis.budget)
+SCORING_PASSES = (
+    30  # forward passes per example besides verify= (measured: scripts/bench.py --phases real_sizes)
+)
 
 
 def check_args(args: dict[str, str]) -> None:
@@ -63,6 +68,34 @@ def check_args(args: dict[str, str]) -> None:
             if units == "features"
             else "sae= with analysis=circuit finds a circuit of its features: add units=features"
         )
+
+
+def sized(model: TokenModel, checkpoint: Checkpoint, count: int, args: dict[str, str]) -> tuple[int, int]:
+    """(examples, verify=) of a circuit analysis: what was asked for, or defaults that fit `SECONDS` at the
+    cost `analysis.budget` estimates from the model's size, each pass of `SCORING_PASSES` (scoring, the
+    faithfulness curve and the search on it) and one per verified unit: first fewer examples (down to
+    `budget.FEWEST`), then fewer units verified. Each choice said in a line."""
+    from transformer_lab.analysis.budget import FEWEST, examples_within, seconds_per_example
+
+    verify = to_number(args, "verify", int, options.VERIFY)
+    if "num_examples" in args or prompts(args) is not None:
+        return count, verify
+    if methods.METHODS[args.get("method", "eap")].exact:  # checks nothing; a pass per unit, refused if long
+        verify = 0
+    probe, _ = checkpoint.examples(min(FEWEST, count))
+    sets = "num_examples= and verify= set them"
+    count, line = examples_within(
+        model, probe, SCORING_PASSES + verify, count, "analysis=circuit", SECONDS, sets
+    )
+    if line:
+        print(line)
+    passes = int(SECONDS / (seconds_per_example(model, probe) * count))  # what the budget holds
+    if "verify" not in args and verify and passes < SCORING_PASSES + verify:
+        fewer = max(0, passes - SCORING_PASSES)
+        print(f"analysis=circuit: verify={fewer}, not {verify} (one pass of the {count} examples per unit "
+              f"checked by exact patching; {sets})")  # fmt: skip
+        verify = fewer
+    return count, verify
 
 
 def _pairs(checkpoint: Checkpoint, count: int, args: dict[str, str]) -> tuple:
@@ -345,12 +378,12 @@ def analyse_circuit(
     """Score, check, evaluate, print and write (see the module docstring); `run`: an SAE run whose
     features are the units (units=features)."""
     from transformer_lab.analysis import circuits
-    from transformer_lab.analysis.intervals import check_level
     from transformer_lab.figures.circuits import circuit_graph
     from transformer_lab.pretrained import answer_keys
 
     check_args(args)
     ablation = args.get("ablation", "corrupted")
+    count, verify = sized(checkpoint.model if run is None else run.model, checkpoint, count, args)
     clean, corrupted = _pairs(checkpoint, count, args)
     key = answer_keys.key_for(args["ckpt_path"]) if run is None else None
     model, graph = checkpoint.model, None
@@ -373,8 +406,8 @@ def analyse_circuit(
             steps=to_number(args, "steps", int, 5),
             threshold=to_number(args, "threshold", float, 0.01),
             truth=key.circuit if key is not None and ablation == "corrupted" else None,  # its corruption's
-            verify=to_number(args, "verify", int, options.VERIFY),
-            ci=check_level(args.get("ci")),
+            verify=verify,
+            ci=ci_level(args, clean[-1].size(0)),
             graph=graph,
         )
     print(summary(result, args["ckpt_path"], checkpoint.output_names))

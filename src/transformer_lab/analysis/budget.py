@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from transformer_lab.analysis.intervals import FEWEST_EXAMPLES
 from transformer_lab.nn import TokenModel
 
 SECONDS = 15.0  # what a default analysis may take
-FEWEST = 4  # fewer examples than this say little whatever the budget (a text window is 128 predictions)
+FEWEST = FEWEST_EXAMPLES  # whatever the budget: fewer give no interval (a text window is 128 predictions)
 LAPTOP_FLOPS = 2e10  # float32 FLOP/s two laptop cores sustain here (this project's AVX2 machine: ~8e10)
 OVERHEAD = 3e-4  # seconds per example of a forward pass's Python and kernel launches, on small models
 

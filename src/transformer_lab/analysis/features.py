@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -27,6 +28,8 @@ from transformer_lab.errors import require
 from transformer_lab.nn import IGNORE_INDEX, TokenModel, evaluating, parse_hook_name
 from transformer_lab.nn.sae import SparseAutoencoder, real_positions
 
+SHOWN = 10  # features reported by default: the most active
+MEMORY = 2**28  # bytes of logits a forward pass holds at once: the examples go in chunks of it
 # Hook points whose activation lives in the residual stream (what the output layer reads, up to the norm).
 RESIDUAL = (
     "hook_resid_pre",
@@ -87,15 +90,30 @@ class Features:
         return lines
 
 
-def _loss(logits: Tensor, labels: Tensor) -> float | None:
-    if not bool((labels != IGNORE_INDEX).any()):
-        return None
-    return float(F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX))
+def _loss(model: TokenModel, inputs: tuple[Tensor, ...], labels: Tensor, hooks: list) -> float | None:
+    """The model's mean cross-entropy on the labelled outputs with `hooks` attached (None: no labels),
+    the examples in chunks whose logits take at most `MEMORY` bytes (a 50 K vocabulary's logits of every
+    example at once are gigabytes)."""
+    labelled = int((labels != IGNORE_INDEX).sum())
+    size = max(1, MEMORY // (4 * labels.size(1) * model.config.output_classes))
+    total = 0.0
+    for start in range(0, labels.size(0), size):
+        part = slice(start, start + size)
+        with evaluating(model):
+            logits = model.run_with_hooks(*(x[part] for x in inputs), fwd_hooks=hooks)
+        if labelled:
+            y = labels[part].flatten()
+            total += float(F.cross_entropy(logits.flatten(0, 1).float(), y, ignore_index=IGNORE_INDEX,
+                                           reduction="sum"))  # fmt: skip
+    return total / labelled if labelled else None
 
 
-def direct_logit_effects(model: TokenModel, sae: SparseAutoencoder) -> Tensor | None:
-    """[width, classes]: each feature's direction W_dec[i] / s through the output layer's weights, where
-    the hook's activation is the residual stream the output layer reads (else None)."""
+def direct_logit_effects(
+    model: TokenModel, sae: SparseAutoencoder, features: Sequence[int] | None = None
+) -> Tensor | None:
+    """[features, classes] (default: every feature): each feature's direction W_dec[i] / s through the
+    output layer's weights, where the hook's activation is the residual stream the output layer reads
+    (else None)."""
     hook = sae.config.hook
     name = parse_hook_name(hook)
     prefix, _ = model.readout
@@ -107,7 +125,8 @@ def direct_logit_effects(model: TokenModel, sae: SparseAutoencoder) -> Tensor | 
         or sae.config.d_in != model.config.model_dim
     ):
         return None
-    return (sae.W_dec / sae.input_scale) @ unembed.weight.t()
+    rows = sae.W_dec if features is None else sae.W_dec[list(features)]
+    return (rows / sae.input_scale) @ unembed.weight.t()
 
 
 def analyse_features(
@@ -120,7 +139,7 @@ def analyse_features(
     *,
     separator: str = " ",
     chosen: Sequence[int] | None = None,
-    count: int = 10,
+    count: int = SHOWN,
     top: int = 5,
     context: int = 8,
     ablate: bool = True,
@@ -134,22 +153,16 @@ def analyse_features(
     if chosen is not None:
         bad = [i for i in chosen if not 0 <= i < sae.width]
         require(not bad, f"features={bad[0] if bad else ''} is not a feature: use 0 to {sae.width - 1}")
-    seen: dict[str, Tensor] = {}
-
-    def keep(activation: Tensor, p: object) -> None:
-        seen["f"] = activation
-
-    with evaluating(model):
-        logits = model.run_with_hooks(*inputs, fwd_hooks=[(point, keep)])
-    f = seen["f"].flatten(2)  # [B, T, W]
+    seen: list[Tensor] = []
+    loss = _loss(model, inputs, labels, [(point, lambda activation, p: seen.append(activation))])
+    f = torch.cat(seen).flatten(2)  # [B, T, W]
     real = real_positions(model, hook, inputs)
     on = f[real] > 0  # [N, W]
     density = on.double().mean(0)
-    loss = _loss(logits, labels)
     if chosen is None:
         chosen = f[real].sum(0).topk(min(count, sae.width)).indices.tolist()
     tokens = inputs[1] if hook.startswith("decoder.") else inputs[0]
-    effects = direct_logit_effects(model, sae)
+    effects = direct_logit_effects(model, sae, chosen)  # [chosen, classes]: a 50 K vocabulary's row each
     notes = []
     if effects is None:
         notes.append(
@@ -157,7 +170,7 @@ def analyse_features(
             "layer reads)"
         )
     reports = []
-    for i in chosen:
+    for shown_at, i in enumerate(chosen):
         values = f[..., i].masked_fill(~real, 0)
         best = values.flatten().topk(min(top, values.numel()))
         examples = []
@@ -172,7 +185,7 @@ def analyse_features(
             examples.append({"example": row, "position": position, "activation": value, "context": text})
         report = FeatureReport(i, float(density[i]), float(values.max()), examples)
         if effects is not None:
-            column = effects[i].detach()
+            column = effects[shown_at].detach()
             up, down = column.topk(min(5, len(column))), (-column).topk(min(5, len(column)))
             report.promoted = [
                 (output_names[t], float(v)) for v, t in zip(up.values, up.indices, strict=True)
@@ -194,5 +207,4 @@ def _ablated_loss(
         activation[..., feature] = 0
         return activation
 
-    with evaluating(model):
-        return _loss(model.run_with_hooks(*inputs, fwd_hooks=[(point, ablate)]), labels)
+    return _loss(model, inputs, labels, [(point, ablate)])

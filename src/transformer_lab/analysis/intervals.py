@@ -25,6 +25,7 @@ CHUNK = 100  # resamples at a time: [CHUNK, N, ...] values in memory
 
 
 DEFAULT_LEVEL = 0.95  # the tools' `ci=` when none is given
+FEWEST_EXAMPLES = 8  # fewer examples give no interval: 4 have 35 distinct resamples, 8 have 6,435
 
 
 def check_level(level: float | str | None) -> float:
@@ -40,6 +41,25 @@ def check_level(level: float | str | None) -> float:
         f"ci={level} must be a level between 0 and 1 such as 0.95 (or 0: no intervals)",
     )
     return number
+
+
+def level_for(level: float | str | None, examples: int) -> tuple[float, str]:
+    """(`ci=` as a level, a line that says why there is none, or "") for a score over `examples`
+    examples: below FEWEST_EXAMPLES the bootstrap has too few distinct resamples (C(2N-1, N)) for an
+    interval to mean anything, so the default gives none and says so, and an explicit level is refused
+    rather than printed as [x, x]."""
+    number = check_level(level)
+    if number == 0 or examples >= FEWEST_EXAMPLES:
+        return number, ""
+    many = f"{examples} example{'s' * (examples != 1)}"
+    require(
+        level is None,
+        f"ci={level} needs at least {FEWEST_EXAMPLES} examples for an interval, and this analysis reads "
+        f"{many}; give num_examples={FEWEST_EXAMPLES} or more (or more pairs), or ci=0",
+    )
+    if examples == 1:  # one input, or one prompt pair: plainly nothing to resample
+        return 0.0, ""
+    return 0.0, f"(no intervals: {many} are too few for one; {FEWEST_EXAMPLES} or more give them)"
 
 
 def bootstrap(
