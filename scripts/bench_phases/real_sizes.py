@@ -108,7 +108,7 @@ def bench_shape(context: Context, name: str, quick: bool) -> dict:
     progress(f"real_sizes: {name}: building the folder")
     text = ROOT / "data" / "tinyshakespeare" / "input.txt"
     subprocess.run([sys.executable, "-c", MAKE, str(folder), kind, repr(arguments), str(text)], check=True)
-    threads = [f"threads={context.threads}"] if context.threads else []
+    threads = [f"threads={context.threads}"] if context.threads else []  # train.py's; the tools take torch's
     out: dict = {}
     scale = subprocess.run(
         [sys.executable, "-c", SCALE, str(folder), HOOK], capture_output=True, text=True, check=True
@@ -117,7 +117,7 @@ def bench_shape(context: Context, name: str, quick: bool) -> dict:
         out[f"real_{name}_{key}"] = value
     out[f"real_{name}_load_ratio"] = out[f"real_{name}_load_s"] / out[f"real_{name}_load_theirs_s"]
     source = f"hf:{folder}"
-    interpret = [sys.executable, "-m", "transformer_lab.interpret", f"ckpt_path={source}", *threads]
+    interpret = [sys.executable, "-m", "transformer_lab.interpret", f"ckpt_path={source}"]
     for analysis in ANALYSES:
         progress(f"real_sizes: {name}: interpret analysis={analysis}")
         command = [*interpret, f"analysis={analysis}", f"out_dir={work / analysis}"]
@@ -143,7 +143,7 @@ def bench_shape(context: Context, name: str, quick: bool) -> dict:
     progress(f"real_sizes: {name}: interpret analysis=features on it")
     out[f"real_{name}_features_s"], out[f"real_{name}_features_mb"] = run(
         [sys.executable, "-m", "transformer_lab.interpret", f"sae={work / 'sae'}", "analysis=features",
-         f"out_dir={work / 'features'}", *threads],
+         f"out_dir={work / 'features'}"],
         work / "features.log", "analysis=features",
     )  # fmt: skip
     steps = 5 if quick else 50

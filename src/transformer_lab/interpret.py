@@ -84,8 +84,9 @@ KEYS = {
     "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | controls | features "
     "(required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
-    "num_examples": "how many test examples (default: heads 512, lens 512 and features 256, or as many as fit "
-    "15 s on a laptop CPU; circuit 64, or as many as fit 60 s; patching 64, faithfulness 16, dynamics 256)",
+    "num_examples": "how many test examples (default: heads 512, lens 512 and features 256, or as many as "
+    "fit 15 s on a laptop CPU; circuit 64, or as many as fit 60 s; patching 64, faithfulness 16, dynamics "
+    "256)",
     "method": "heads: zero | mean ablation (default zero); circuit: {circuit_methods} (default eap, or "
     "eap_ig with metric=kl)",  # the registry's methods when the help is shown: keys()
     "metric": "circuit: logit_diff | logprob | kl (default: logit_diff where the task has a corruption, "

@@ -336,12 +336,15 @@ class Answers:
 
 
 def answers(
-    clean_labels: Tensor, corrupted_labels: Tensor, corrupted_logits: Tensor | None = None
+    clean_labels: Tensor,
+    corrupted_labels: Tensor,
+    corrupted_logits: Tensor | Callable[[Tensor], Tensor] | None = None,
 ) -> Answers:
     """The answers of each pair: at the first output the corruption changes, the clean label against
     the corrupted one; in a row whose labels it leaves as they were (a language model's text: the next
     tokens stay the text's), at its last labelled output the clean label against the corrupted run's
-    most likely token other than it (`corrupted_logits` [B, T, V] needed then)."""
+    most likely token other than it (`corrupted_logits` needed then: [B, T, V], or a function of each
+    row's position [B] giving the logits there [B, V])."""
     labelled = clean_labels != IGNORE_INDEX
     differs = labelled & (corrupted_labels != clean_labels)
     changed = differs.any(dim=1)
@@ -355,7 +358,10 @@ def answers(
         return Answers(positions, good, bad)
     if corrupted_logits is None:
         raise ValueError("a corrupted example has the same labels as its clean one: give its logits")
-    at = corrupted_logits.float()[rows, positions].clone()  # [B, V]
+    if callable(corrupted_logits):
+        at = corrupted_logits(positions).float().clone()  # [B, V]
+    else:
+        at = corrupted_logits.float()[rows, positions].clone()
     at[rows, good] = float("-inf")
     return Answers(positions, good, torch.where(~changed, at.argmax(dim=-1), bad), ~changed)
 
@@ -442,6 +448,30 @@ def patch_hook(name: str, clean: Tensor, index: tuple = (slice(None),)) -> tuple
     return name, paste
 
 
+def answer_logits(
+    model: TokenModel, inputs: tuple[Tensor, ...], positions: Tensor, hooks: Sequence = ()
+) -> Tensor:
+    """[B, classes]: the logits at each row's position [B] with `hooks` attached, in eval mode without
+    gradients: the forward pass stops at the normalised stream the output layer reads, and only those
+    rows go through it (a 50 K vocabulary's logits at every position cost more than the model)."""
+    prefix, _ = model.readout
+    name = f"{prefix}ln_final.hook_normalized"
+    with evaluating(model), model.hooks(list(hooks)):
+        _, cache = model.run_with_cache(*inputs, names_filter=name, stop_at_last=True)
+        rows = torch.arange(len(positions), device=positions.device)
+        return model.unembed(cache[name][rows, positions])
+
+
+def _unchanged_before(model: TokenModel, clean: tuple[Tensor, ...], corrupted: tuple[Tensor, ...]) -> int:
+    """The first position where any pair's tokens differ, in a model of one causal stack (a decoder):
+    every activation before it is the same in both runs, so patching it restores exactly 0; else 0."""
+    stacks = list(model.stacks().values())
+    if len(clean) != 1 or len(stacks) != 1 or not stacks[0].causal:
+        return 0
+    differs = (clean[0] != corrupted[0]).any(dim=0)  # [T]
+    return int(differs.int().argmax()) if bool(differs.any()) else clean[0].size(1)
+
+
 def activation_patching(
     model: TokenModel,
     clean: tuple[tuple[Tensor, ...], Tensor],
@@ -460,14 +490,14 @@ def activation_patching(
     model = as_model(model)
     (clean_inputs, clean_labels), (bad_inputs, bad_labels) = clean, corrupted
     clean_inputs, bad_inputs = as_inputs(clean_inputs, model), as_inputs(bad_inputs, model)
-    with evaluating(model), torch.no_grad():
-        found = answers(clean_labels, bad_labels, _run(model, bad_inputs))
+    found = answers(clean_labels, bad_labels, lambda at: answer_logits(model, bad_inputs, at))
     positions, good_answer, bad_answer = found.positions, found.good, found.bad
-
+    rows = torch.arange(len(positions), device=positions.device)
     per_row: dict[str, Tensor] = {}  # every run's logit differences per pair, by name
 
-    def difference(logits: Tensor, name: str) -> float:
-        per_row[name] = logit_differences(logits, positions, good_answer, bad_answer)
+    def difference(inputs: tuple[Tensor, ...], name: str, hooks: Sequence = ()) -> float:
+        at = answer_logits(model, inputs, positions, hooks).float()
+        per_row[name] = at[rows, good_answer] - at[rows, bad_answer]
         return float(per_row[name].mean())
 
     streams = residual_hooks(model)
@@ -475,29 +505,33 @@ def activation_patching(
             for i, block in enumerate(stack.blocks) if block.mlp is not None]  # fmt: skip
     layers = attention_layers(model)
     z_names = [f"{layer}.hook_z" for layer in layers]
+    same_before = _unchanged_before(model, clean_inputs, bad_inputs)
     with evaluating(model):
         wanted = set(streams) | set(mlps) | set(z_names)
-        logits, cache = model.run_with_cache(*clean_inputs, names_filter=lambda n: n in wanted)
-        clean_diff, bad_diff = difference(logits, "clean"), difference(_run(model, bad_inputs), "corrupted")
+        _, cache = model.run_with_cache(*clean_inputs, names_filter=lambda n: n in wanted, stop_at_last=True)
+        clean_diff, bad_diff = difference(clean_inputs, "clean"), difference(bad_inputs, "corrupted")
         scale = clean_diff - bad_diff
         if abs(scale) < 1e-6:
             raise ValueError(
                 "the clean and corrupted inputs give the same logit difference: nothing to restore"
             )
 
-        def restored(hook: tuple[str, Callable], key: str) -> float:
-            return (difference(_run(model, bad_inputs, [hook]), key) - bad_diff) / scale
+        def restored(hook: tuple[str, Callable], key: str, position: int | None = None) -> float:
+            if position is not None and position < same_before:  # the clean run's activation is the same
+                per_row[key] = per_row["corrupted"]
+                return 0.0
+            return (difference(bad_inputs, key, [hook]) - bad_diff) / scale
 
         resid = {
             name: [
-                restored(patch_hook(name, cache[name], (slice(None), p)), f"{name}:{p}")
+                restored(patch_hook(name, cache[name], (slice(None), p)), f"{name}:{p}", p)
                 for p in range(cache[name].size(1))
             ]
             for name in streams
         }
         mlp = {
             name: [
-                restored(patch_hook(name, cache[name], (slice(None), p)), f"{name}:{p}")
+                restored(patch_hook(name, cache[name], (slice(None), p)), f"{name}:{p}", p)
                 for p in range(cache[name].size(1))
             ]
             for name in mlps
