@@ -251,6 +251,18 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
 
     position = to_number(args, "position", int, 0)
     given = prompts(args)
+    if given is None and "num_examples" not in args:  # as many pairs as their passes fit the time budget
+        from transformer_lab.analysis.budget import FEWEST, examples_within
+
+        model = checkpoint.model
+        (probe, _), (other, _) = checkpoint.patching_pairs(min(FEWEST, count), position, None)
+        patched = probe[0].size(1) - interventions.unchanged_before(model, probe, other)  # positions
+        blocks = sum(len(stack.blocks) for stack in model.stacks().values())
+        streams = len(interventions.residual_hooks(model)) + blocks  # each residual stream, each MLP
+        passes = 3 + len(interventions.attention_layers(model)) * model.config.num_heads + streams * patched
+        count, line = examples_within(model, probe, passes, count, "analysis=patching")
+        if line:
+            print(line)
     clean, corrupted = checkpoint.patching_pairs(count, position, given)
     with as_config_error():
         result = interventions.activation_patching(

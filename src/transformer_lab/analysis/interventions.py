@@ -462,7 +462,7 @@ def answer_logits(
         return model.unembed(cache[name][rows, positions])
 
 
-def _unchanged_before(model: TokenModel, clean: tuple[Tensor, ...], corrupted: tuple[Tensor, ...]) -> int:
+def unchanged_before(model: TokenModel, clean: tuple[Tensor, ...], corrupted: tuple[Tensor, ...]) -> int:
     """The first position where any pair's tokens differ, in a model of one causal stack (a decoder):
     every activation before it is the same in both runs, so patching it restores exactly 0; else 0."""
     stacks = list(model.stacks().values())
@@ -505,7 +505,7 @@ def activation_patching(
             for i, block in enumerate(stack.blocks) if block.mlp is not None]  # fmt: skip
     layers = attention_layers(model)
     z_names = [f"{layer}.hook_z" for layer in layers]
-    same_before = _unchanged_before(model, clean_inputs, bad_inputs)
+    same_before = unchanged_before(model, clean_inputs, bad_inputs)
     with evaluating(model):
         wanted = set(streams) | set(mlps) | set(z_names)
         _, cache = model.run_with_cache(*clean_inputs, names_filter=lambda n: n in wanted, stop_at_last=True)
