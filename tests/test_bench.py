@@ -81,10 +81,12 @@ def phase(bench):
 @pytest.mark.reproduce
 def test_quick_benchmark_produces_every_figure(tmp_path, bench):
     """Every phase but threads, whose busy-machine runs take half a minute even quick (its table is
-    test_the_threads_table_says_where_a_second_thread_pays), and the explorer, measured in-process by
-    test_explorer_phase_measures_the_page."""
+    test_the_threads_table_says_where_a_second_thread_pays), the explorer, measured in-process by
+    test_explorer_phase_measures_the_page, and real_sizes, two minutes of the tools' own commands on an
+    hf: folder, each run by tests/test_families.py::test_the_tools_take_it_apart."""
     out = tmp_path / "bench.json"
-    phases = ",".join(phase for phase in bench.PHASES if phase not in ("threads", "explorer"))
+    left_out = ("threads", "explorer", "real_sizes")
+    phases = ",".join(phase for phase in bench.PHASES if phase not in left_out)
     result = run_cli("scripts/bench.py", "--quick", "--phases", phases, "--json", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(out.read_text())
