@@ -52,10 +52,10 @@ TARGETS = {
 }
 
 MAKE = """
-import sys, torch, transformers
+import json, sys, torch, transformers
 from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-folder, kind, arguments = Path(sys.argv[1]), sys.argv[2], eval(sys.argv[3])
+folder, kind, arguments = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 tokenizer = Tokenizer(models.BPE())
 tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
 tokenizer.decoder = decoders.ByteLevel()
@@ -107,7 +107,8 @@ def bench_shape(context: Context, name: str, quick: bool) -> dict:
     folder = work / "model"
     progress(f"real_sizes: {name}: building the folder")
     text = ROOT / "data" / "tinyshakespeare" / "input.txt"
-    subprocess.run([sys.executable, "-c", MAKE, str(folder), kind, repr(arguments), str(text)], check=True)
+    shape = json.dumps(arguments)
+    subprocess.run([sys.executable, "-c", MAKE, str(folder), kind, shape, str(text)], check=True)
     threads = [f"threads={context.threads}"] if context.threads else []  # train.py's; the tools take torch's
     out: dict = {}
     scale = subprocess.run(
