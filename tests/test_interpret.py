@@ -262,6 +262,47 @@ def test_deletion_curves_rank_a_faithful_explanation_above_random():
     assert result.curves["ablation"][-1] < 0.2  # everything deleted: chance
 
 
+def test_a_language_model_s_deletion_explains_its_last_output_in_chunks_and_at_most_steps(monkeypatch):
+    """A language model explains its last prediction only: occlusion there equals deleting each token by
+    hand (the full logits, one sequence at a time), and nowhere else is computed; a context longer than
+    STEPS is deleted in STEPS steps (the passes the budget counts), and chunks of one variant give what
+    one batch gives."""
+    torch.manual_seed(0)
+    length = 2 * faithfulness.STEPS + 3
+    config = dict(arch="decoder", vocab_size=50, model_dim=16, num_heads=2, num_layers=2, max_len=length)
+    model = build_model(config).eval()
+    assert model.language_model
+    tokens = torch.randint(0, 50, (3, length))
+    labels = torch.randint(0, 50, (3, length))
+    ablation = faithfulness.relevances(model, (tokens,), labels, methods=("ablation",))["ablation"]
+    assert not ablation[:, :-1].any()  # only the last output's row
+    neutral = faithfulness._neutral_embedding(model)
+    hook = f"{model.source_stack[0]}hook_embed"
+
+    def p_last(row: int, deleted: int | None) -> float:
+        def delete(embedding, hook):
+            if deleted is not None:
+                embedding[:, deleted] = neutral
+            return embedding
+
+        with torch.no_grad():
+            logits = model.run_with_hooks(tokens[row : row + 1], fwd_hooks=[(hook, delete)])
+        return float(logits[0, -1].softmax(-1)[labels[row, -1]])
+
+    for row in range(3):
+        by_hand = torch.tensor([p_last(row, None) - p_last(row, s) for s in range(length)])
+        torch.testing.assert_close(ablation[row, -1], by_hand, rtol=0, atol=1e-5)
+    steps = faithfulness.STEPS + 1
+    assert faithfulness.passes(model, (tokens,), labels) == length + 1 + len(faithfulness.METHODS) * steps + 4
+    whole = faithfulness.deletion_curves(model, (tokens,), labels)
+    assert whole.outputs == 3
+    monkeypatch.setattr(faithfulness, "MEMORY", 1)
+    chunked = faithfulness.deletion_curves(model, (tokens,), labels)
+    for method in faithfulness.METHODS:
+        assert chunked.auc[method] == pytest.approx(whole.auc[method], abs=1e-6), method
+        assert chunked.curves[method] == pytest.approx(whole.curves[method], abs=1e-6), method
+
+
 def test_unknown_explanation_method_is_refused():
     model, x = hand_made(mirror=True), digits(2)
     with pytest.raises(ValueError, match="unknown explanation method 'saliency'"):

@@ -134,6 +134,20 @@ def ci_level(args: dict[str, str], examples: int) -> float:
     return level
 
 
+def within_budget(
+    model, probe: tuple, count: int, passes: int, what: str, seconds: float | None = None,
+    sets: str = "num_examples= sets it",
+) -> int:  # fmt: skip
+    """How many of `count` examples `passes` forward passes each fit the time budget, at the cost
+    `analysis.budget` estimates on `probe` (a few examples' inputs), said in a line when fewer."""
+    from transformer_lab.analysis.budget import examples_within
+
+    count, line = examples_within(model, probe, passes, count, what, seconds, sets)
+    if line:
+        print(line)
+    return count
+
+
 def output_file(text: str, key: str, example: str) -> Path:
     """`key=text` as a file to write, checked before any work is done: its folder exists and can be
     written, and it is not a folder itself."""

@@ -46,6 +46,7 @@ from transformer_lab.cli import (
     run,
     starting,
     to_number,
+    within_budget,
 )
 from transformer_lab.errors import as_config_error, require
 from transformer_lab.files import write_figure, write_text
@@ -75,17 +76,26 @@ DEFAULT_EXAMPLES = {
     "controls": 256,
     "features": 256,
 }
-PASSES = {  # forward passes per example of the analyses whose default count fits a time budget
-    "heads": lambda model: len(model.attention_layers()) * model.config.num_heads + 4,  # each head off
-    "lens": lambda model: 2,
+
+
+def _deletion_passes(model, inputs, labels) -> int:
+    from transformer_lab.analysis.faithfulness import passes
+
+    return passes(model, inputs, labels)
+
+
+PASSES = {  # forward passes per example (model, inputs, labels) of the analyses fitting a time budget
+    "heads": lambda model, *_: len(model.attention_layers()) * model.config.num_heads + 4,  # each head off
+    "lens": lambda *_: 2,
+    "faithfulness": _deletion_passes,  # each input deleted alone, each step of each method's curve
 }
 KEYS = {
     "ckpt_path": "checkpoint to analyse (required, but with sae=), e.g. <run>/checkpoints/best.ckpt",
     "analysis": "heads | patching | lens | faithfulness | dynamics | circuit | controls | features "
     "(required)",
     "out_dir": "where to write the figure and the JSON file (default interpret_out)",
-    "num_examples": "how many test examples (default: heads 512, lens 512 and features 256, or as many as "
-    "fit 15 s on a laptop CPU; circuit 64, or as many as fit 60 s; patching 64, faithfulness 16, dynamics "
+    "num_examples": "how many test examples (default: heads 512, lens 512, features 256, patching 64 and "
+    "faithfulness 16, or as many as fit 15 s on a laptop CPU; circuit 64, or as many as fit 60 s; dynamics "
     "256)",
     "method": "heads: zero | mean ablation (default zero); circuit: {circuit_methods} (default eap, or "
     "eap_ig with metric=kl)",  # the registry's methods when the help is shown: keys()
@@ -252,7 +262,7 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
     position = to_number(args, "position", int, 0)
     given = prompts(args)
     if given is None and "num_examples" not in args:  # as many pairs as their passes fit the time budget
-        from transformer_lab.analysis.budget import FEWEST, examples_within
+        from transformer_lab.analysis.budget import FEWEST
 
         model = checkpoint.model
         (probe, _), (other, _) = checkpoint.patching_pairs(min(FEWEST, count), position, None)
@@ -260,9 +270,7 @@ def analyse_patching(checkpoint: Checkpoint, count: int, args, out_dir: Path) ->
         blocks = sum(len(stack.blocks) for stack in model.stacks().values())
         streams = len(interventions.residual_hooks(model)) + blocks  # each residual stream, each MLP
         passes = 3 + len(interventions.attention_layers(model)) * model.config.num_heads + streams * patched
-        count, line = examples_within(model, probe, passes, count, "analysis=patching")
-        if line:
-            print(line)
+        count = within_budget(model, probe, count, passes, "analysis=patching")
     clean, corrupted = checkpoint.patching_pairs(count, position, given)
     with as_config_error():
         result = interventions.activation_patching(
@@ -475,18 +483,6 @@ def require_one_setting(location: str, runs: list[Path]) -> None:
         )
 
 
-def within_budget(model, checkpoint: Checkpoint, count: int, passes: int, analysis: str) -> int:
-    """How many of `count` examples `passes` forward passes each fit the time budget (`analysis.budget`),
-    said in a line when fewer."""
-    from transformer_lab.analysis.budget import FEWEST, examples_within
-
-    probe, _ = checkpoint.examples(min(FEWEST, count))
-    count, line = examples_within(model, probe, passes, count, f"analysis={analysis}")
-    if line:
-        print(line)
-    return count
-
-
 def analyse_features(run, count: int, args: dict[str, str], out_dir: Path) -> None:
     """An SAE's features on the first `count` test examples of its model's task: printed, features.json,
     features.png (`analysis.features`)."""
@@ -506,7 +502,10 @@ def analyse_features(run, count: int, args: dict[str, str], out_dir: Path) -> No
     else:
         if "num_examples" not in args:  # a pass for the features, then one per feature ablated
             shown = len(chosen) if chosen else features.SHOWN
-            count = within_budget(run.model, run.source, count, 1 + shown, "features")
+            from transformer_lab.analysis.budget import FEWEST
+
+            probe, _ = run.source.examples(min(FEWEST, count))
+            count = within_budget(run.model, probe, count, 1 + shown, "analysis=features")
         inputs, labels = run.source.examples(count, exact="num_examples" in args)
     with as_config_error():
         result = features.analyse_features(
@@ -586,7 +585,11 @@ def interpret(args: dict[str, str]) -> None:
             )
         else:
             if analysis in PASSES and "num_examples" not in args:  # as many as fit the time budget
-                count = within_budget(model, checkpoint, count, PASSES[analysis](model), analysis)
+                from transformer_lab.analysis.budget import FEWEST
+
+                probe = checkpoint.examples(min(FEWEST, count))
+                passes = PASSES[analysis](model, *probe)
+                count = within_budget(model, probe[0], count, passes, f"analysis={analysis}")
             inputs, labels = checkpoint.examples(count, exact="num_examples" in args)
         if analysis == "heads":
             analyse_heads(model, inputs, labels, checkpoint.task, args, out_dir)

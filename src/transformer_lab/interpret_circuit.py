@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transformer_lab.analysis.circuits import methods, options  # no torch: the registry and the choices
-from transformer_lab.cli import ci_level, prompts, to_number
+from transformer_lab.cli import ci_level, prompts, to_number, within_budget
 from transformer_lab.errors import ConfigError, as_config_error
 from transformer_lab.files import write_figure, write_text
 
@@ -75,7 +75,7 @@ def sized(model: TokenModel, checkpoint: Checkpoint, count: int, args: dict[str,
     cost `analysis.budget` estimates from the model's size, each pass of `SCORING_PASSES` (scoring, the
     faithfulness curve and the search on it) and one per verified unit: first fewer examples (down to
     `budget.FEWEST`), then fewer units verified. Each choice said in a line."""
-    from transformer_lab.analysis.budget import FEWEST, examples_within, seconds_per_example
+    from transformer_lab.analysis.budget import FEWEST, seconds_per_example
 
     verify = to_number(args, "verify", int, options.VERIFY)
     if "num_examples" in args or prompts(args) is not None:
@@ -84,11 +84,7 @@ def sized(model: TokenModel, checkpoint: Checkpoint, count: int, args: dict[str,
         verify = 0
     probe, _ = checkpoint.examples(min(FEWEST, count))
     sets = "num_examples= and verify= set them"
-    count, line = examples_within(
-        model, probe, SCORING_PASSES + verify, count, "analysis=circuit", SECONDS, sets
-    )
-    if line:
-        print(line)
+    count = within_budget(model, probe, count, SCORING_PASSES + verify, "analysis=circuit", SECONDS, sets)
     passes = int(SECONDS / (seconds_per_example(model, probe) * count))  # what the budget holds
     if "verify" not in args and verify and passes < SCORING_PASSES + verify:
         fewer = max(0, passes - SCORING_PASSES)

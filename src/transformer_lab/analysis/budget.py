@@ -3,7 +3,8 @@
 A fixed default (512 examples) takes a second on the lab's small models and minutes on a 100 M-parameter
 model. So the default follows the model's size: a forward pass's cost per example is estimated from it,
 FLOPs = 2 P T + 4 L T^2 D (P parameters, T positions, L layers of width D: every weight multiplies every
-position once, attention compares every pair of positions), at `LAPTOP_FLOPS` and `OVERHEAD` seconds of
+position once, attention compares every pair of positions; an embedding table is looked up, not
+multiplied, so P leaves it out unless the output layer shares it), at `LAPTOP_FLOPS` and `OVERHEAD` seconds of
 Python and dispatch per example; the analysis's passes per example are counted (`passes`: head ablation
 runs the model once per head, and once whole); the default is as many examples as fit `SECONDS`, between
 `FEWEST` and the analysis's usual number. An estimate, not a timing: the same model gets the same
@@ -13,7 +14,7 @@ The tool says so in one line; `num_examples=` sets it.
 
 from __future__ import annotations
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from transformer_lab.analysis.intervals import FEWEST_EXAMPLES
 from transformer_lab.nn import TokenModel
@@ -28,7 +29,13 @@ def flops_per_example(model: TokenModel, inputs: tuple[Tensor, ...]) -> float:
     """A forward pass's floating-point operations per example: 2 P T + 4 L T^2 D (the module docstring),
     T the positions of the model's inputs (an encoder-decoder's source and target together)."""
     config = model.config
-    parameters = sum(p.numel() for p in model.parameters())
+    multiplied = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    looked_up = {  # embedding tables not shared with a linear layer (the output layer, when tied)
+        id(m.weight): m.weight.numel()
+        for m in model.modules()
+        if isinstance(m, nn.Embedding) and id(m.weight) not in multiplied
+    }
+    parameters = sum(p.numel() for p in model.parameters()) - sum(looked_up.values())
     positions = sum(x.size(1) for x in inputs)
     layers = sum(len(stack.blocks) for stack in model.stacks().values())
     return 2 * parameters * positions + 4 * layers * positions**2 * config.model_dim

@@ -5,7 +5,8 @@ An explanation ranks the input tokens by how much an output relies on them. If t
 removing the top-ranked tokens first destroys the output fastest. For every labelled output, delete the
 input tokens from most to least relevant, one more at each step, and record the probability of the
 correct output; the curve's area over the fraction deleted (0 to 1) is small for a faithful explanation
-and about the same as a random order's for an unfaithful one.
+and about the same as a random order's for an unfaithful one. A long input is deleted in at most
+`STEPS` steps (a context of 64 tokens four at a time), the area taken over the steps measured.
 
 Deleting a token replaces its embedding by the mean embedding of the vocabulary's symbols (a neutral
 token: the same for every position, about nothing in particular) and keeps its position, so the model
@@ -28,13 +29,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from transformer_lab.analysis import explain, intervals
+from transformer_lab.analysis import explain, intervals, interventions
 from transformer_lab.analysis.arguments import as_inputs, as_model
 from transformer_lab.nn import IGNORE_INDEX, HookPoint, Specials, TokenModel, evaluating
 
 METHODS = ("attention", "rollout", "gradient", "ablation", "random")
 FRACTIONS = np.linspace(0.0, 1.0, 11)  # the curves' x axis: the fraction of deletable tokens deleted
-CHUNK = 2048  # sequences per forward pass while deleting
+STEPS = 16  # most deletion steps per curve: a longer input loses several tokens a step
+CHUNK = 2048  # most sequences per forward pass while deleting
+MEMORY = 2**28  # bytes of activations a forward pass of deleted variants holds at once
 
 
 @dataclass
@@ -112,39 +115,56 @@ def _probabilities(
     labels: Tensor,
 ) -> Tensor:
     """p(label) at `positions` for each variant: variant v is example rows[v] with the input positions
-    deleted[v] (bool [V, S]) replaced by the neutral embedding. Returns [V]."""
+    deleted[v] (bool [V, S]) replaced by the neutral embedding. Returns [V]. The variants run in chunks
+    whose activations fit `MEMORY`, and only each variant's position is read out
+    (`interventions.answer_logits`: a 50 K vocabulary's logits at every position cost more than the model)."""
     neutral = _neutral_embedding(model)
     hook_name = f"{model.source_stack[0]}hook_embed"
+    config = model.config
+    length = sum(x.size(1) for x in inputs)  # a variant's bytes: its widest activations, attention scores
+    per_variant = 4 * length * (4 * config.model_dim + config.dim_feedforward + config.num_heads * length)
+    size = max(1, min(CHUNK, MEMORY // per_variant))
     out = []
-    for start in range(0, len(rows), CHUNK):
-        part = slice(start, start + CHUNK)
+    for start in range(0, len(rows), size):
+        part = slice(start, start + size)
         mask = deleted[part]
 
         def delete(embedding: Tensor, hook: HookPoint, mask: Tensor = mask) -> Tensor:
             return torch.where(mask[..., None], neutral.to(embedding.dtype), embedding)
 
         batch = tuple(x[rows[part]] for x in inputs)
-        logits = model.run_with_hooks(*batch, fwd_hooks=[(hook_name, delete)])
-        at = logits[torch.arange(len(batch[0])), positions[part]].float().softmax(dim=-1)
-        out.append(at.gather(1, labels[part, None])[:, 0])
+        logits = interventions.answer_logits(model, batch, positions[part], [(hook_name, delete)])
+        out.append(logits.float().softmax(dim=-1).gather(1, labels[part, None])[:, 0])
     return torch.cat(out)
 
 
-def _occlusion(model: TokenModel, inputs: tuple[Tensor, ...], labels: Tensor, deletable: Tensor) -> Tensor:
-    """[B, T, S]: p(correct output t) minus p(correct output t) with input s deleted alone."""
+def _occlusion(
+    model: TokenModel, inputs: tuple[Tensor, ...], labels: Tensor, deletable: Tensor, outputs: Tensor
+) -> Tensor:
+    """[B, T, S]: for each output (b, t) of `outputs` (bool [B, T]), p(correct output) minus p(correct
+    output) with input s deleted alone; 0 at the other outputs (a language model's: all but its last)."""
     batch, source_len = deletable.shape
-    target_len = labels.size(1)
-    safe = labels.clamp(min=0)
-    rows = torch.arange(batch).repeat_interleave(source_len + 1)  # variant 0: nothing deleted
-    deleted = torch.zeros(batch, source_len + 1, source_len, dtype=torch.bool)
-    deleted[:, 1:] = torch.eye(source_len, dtype=torch.bool)
-    deleted = deleted.view(-1, source_len).to(deletable.device)
-    probabilities = []
-    for t in range(target_len):
-        positions = torch.full_like(rows, t)
-        p = _probabilities(model, inputs, deleted, rows, positions, safe[rows, t]).view(batch, source_len + 1)
-        probabilities.append(p[:, :1] - p[:, 1:])
-    return torch.stack(probabilities, dim=1)
+    pairs = outputs.nonzero()  # [O, 2]: (example, output position)
+    variants = source_len + 1  # variant 0: nothing deleted
+    deleted = torch.zeros(variants, source_len, dtype=torch.bool)
+    deleted[1:] = torch.eye(source_len, dtype=torch.bool)
+    deleted = deleted.repeat(len(pairs), 1).to(deletable.device)
+    rows, positions = (pairs[:, i].repeat_interleave(variants) for i in (0, 1))
+    answers = labels.clamp(min=0)[rows, positions]
+    p = _probabilities(model, inputs, deleted, rows, positions, answers).view(len(pairs), variants)
+    out = torch.zeros(batch, labels.size(1), source_len, device=p.device)
+    out[pairs[:, 0], pairs[:, 1]] = p[:, :1] - p[:, 1:]
+    return out
+
+
+def passes(model: TokenModel, inputs: tuple[Tensor, ...], labels: Tensor) -> int:
+    """Forward passes per example of `deletion_curves` with every method: for each output explained,
+    one per input token deleted alone (`ablation`) and one per deletion step of each curve; a few more
+    for the attention maps and the gradient."""
+    deletable = int(_deletable(model, inputs).sum(dim=1).max())
+    outputs = float(_outputs(model, labels).sum(dim=1).float().mean())
+    per_output = deletable + 1 + len(METHODS) * (min(deletable, STEPS) + 1)
+    return int(outputs * per_output) + 4
 
 
 def relevances(
@@ -153,8 +173,10 @@ def relevances(
     labels: Tensor,
     methods: tuple[str, ...] = METHODS,
     seed: int = 0,
+    outputs: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """Each method's relevance of input position s for output t, [B, T, S] (see the module docstring)."""
+    """Each method's relevance of input position s for output t, [B, T, S] (see the module docstring);
+    `ablation` only at `outputs` (bool [B, T]; default the outputs `deletion_curves` explains)."""
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown explanation method {unknown[0]!r}; use {', '.join(METHODS)}")
@@ -183,7 +205,8 @@ def relevances(
             out["gradient"] = relevance - torch.eye(relevance.size(-1), device=relevance.device)
     if "ablation" in methods:
         with evaluating(model):
-            out["ablation"] = _occlusion(model, inputs, labels, deletable)
+            chosen = _outputs(model, labels) if outputs is None else outputs
+            out["ablation"] = _occlusion(model, inputs, labels, deletable, chosen)
     if "random" in methods:
         generator = torch.Generator().manual_seed(seed)
         shape = (labels.size(0), labels.size(1), deletable.size(1))
@@ -214,14 +237,16 @@ def deletion_curves(
         areas: dict[str, list[float]] = {method: [] for method in methods}
         with torch.no_grad():
             for method in methods:
-                rows, positions, answers, deleted, sizes = [], [], [], [], []
+                rows, positions, answers, deleted, sizes, xs = [], [], [], [], [], []
                 for b, t in outputs:
                     columns = deletable[b].nonzero()[:, 0]
                     order = columns[scores[method][b, t, columns].argsort(descending=True, stable=True)]
                     rank = torch.full((deletable.size(1),), len(order), device=order.device)
                     rank[order] = torch.arange(len(order), device=order.device)
-                    steps = torch.arange(len(order) + 1, device=order.device)[:, None] > rank  # step k: top k
+                    counts = torch.linspace(0, len(order), min(len(order), STEPS) + 1).round().long().unique()
+                    steps = counts.to(order.device)[:, None] > rank  # the step deleting k: the top k
                     deleted.append(steps)
+                    xs.append((counts / len(order)).numpy())
                     rows += [b] * len(steps)
                     positions += [t] * len(steps)
                     answers += [int(labels[b, t])] * len(steps)
@@ -235,8 +260,7 @@ def deletion_curves(
                     torch.tensor(positions, device=device),
                     torch.tensor(answers, device=device),
                 ).cpu()
-                for curve in p.split(sizes):
-                    x = np.linspace(0.0, 1.0, len(curve))
+                for curve, x in zip(p.split(sizes), xs, strict=True):
                     curves[method].append(np.interp(FRACTIONS, x, curve.numpy()))
                     areas[method].append(float(np.trapezoid(curve.numpy(), x)))
     result = Faithfulness(
@@ -274,7 +298,8 @@ def alignment_auc(
     model = as_model(model)
     inputs = as_inputs(inputs, model)
     with evaluating(model):
-        scores = relevances(model, inputs, labels, methods)
+        labelled = labels != IGNORE_INDEX  # every labelled output, not only a language model's last
+        scores = relevances(model, inputs, labels, methods, outputs=labelled)
         if "gradient" in methods and model.language_model:  # every output's own row, not the last's
             relevance = explain.gradient_attention_all(model, inputs[0])
             scores["gradient"] = relevance - torch.eye(relevance.size(-1), device=relevance.device)
