@@ -306,3 +306,37 @@ def test_output_to_a_file_gets_a_progress_line_between_validations(tmp_path, mon
     assert len(lines) == 3, lines
     assert lines[-1].startswith("progress: step 3 of 3  train/loss=") and " tokens/s" in lines[-1]
     assert lines[0].startswith("progress: step 1 of 3") and lines[-1].endswith("about 0 s left")
+
+
+@pytest.mark.parametrize(("seconds_a_step", "lines_at"), [(20.0, [1, 2, 3, 4, 5, 6]), (10.0, [2, 4, 6])])
+def test_progress_lines_never_leave_a_gap_longer_than_every(monkeypatch, caplog, seconds_a_step, lines_at):
+    """Steps of 20 s with EVERY=30: waiting for 30 s since the last line would leave 40 s gaps, so a line
+    follows every step; steps of 10 s: every second step (20 s apart). Each line carries that step's loss."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from transformer_lab.training import progress
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(progress, "interactive", lambda: False)
+    callback = progress.ValidationLog()
+    trainer = SimpleNamespace(global_step=0, estimated_stepping_batches=6, is_global_zero=True)
+    callback.on_fit_start(trainer, None)
+    printed = []
+    with caplog.at_level(logging.INFO, logger="transformer_lab"):
+        for step in range(1, 7):
+            clock["now"] += seconds_a_step
+            trainer.global_step = step
+            before = len(caplog.records)
+            batch = (torch.zeros(4, 8, dtype=torch.long),)
+            callback.on_train_batch_end(trainer, None, {"loss": torch.tensor(2.5)}, batch, step)
+            if len(caplog.records) > before:
+                printed.append(step)
+                assert (
+                    caplog.records[-1]
+                    .getMessage()
+                    .startswith(f"progress: step {step} of 6  train/loss=2.5000")
+                )
+    assert printed == lines_at

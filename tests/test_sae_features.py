@@ -83,13 +83,19 @@ def test_a_tampered_sae_file_is_refused(sae_run, tmp_path):
         load_sae(tmp_path / "bad_k.ckpt")
 
 
+def features_of(run, tokens, labels, **options):
+    """`analyse_features` of an SAE run on its source's examples, as the tool calls it."""
+    source = run.source
+    return analyse_features(
+        run.model, run.sae, (tokens,), labels, source.task.display_tokens, source.output_names, **options
+    )
+
+
 def test_features_are_measured_as_they_say(sae_run):
     run = load_sae(sae_run)
     (tokens,), labels = run.source.examples(32)
     model, sae = run.model, run.sae
-    result = analyse_features(
-        model, sae, (tokens,), labels, run.source.task.display_tokens, run.source.output_names, count=4
-    )
+    result = features_of(run, tokens, labels, count=4)
     with torch.no_grad():
         _, cache = transformer_lab.load(SOURCE).model.run_with_cache(tokens, names_filter=HOOK)
         f = sae.encode(cache[HOOK])
@@ -130,17 +136,9 @@ def test_features_read_in_chunks_what_they_read_at_once(sae_run, monkeypatch):
 
     run = load_sae(sae_run)
     (tokens,), labels = run.source.examples(32)
-    arguments = (
-        run.model,
-        run.sae,
-        (tokens,),
-        labels,
-        run.source.task.display_tokens,
-        run.source.output_names,
-    )
-    whole = analyse_features(*arguments, count=3)
+    whole = features_of(run, tokens, labels, count=3)
     monkeypatch.setattr(features, "MEMORY", 1)  # one example a chunk
-    chunked = analyse_features(*arguments, count=3)
+    chunked = features_of(run, tokens, labels, count=3)
     # batches of 1 and of 32 take other kernels: values within float32's rounding, not bit for bit
     assert chunked.loss == pytest.approx(whole.loss, rel=1e-5)
     assert chunked.density == pytest.approx(whole.density, abs=1.5 / chunked.positions)  # a position at most
@@ -159,15 +157,7 @@ def test_a_dead_feature_changes_nothing(sae_run):
     (tokens,), labels = run.source.examples(32)
     with torch.no_grad():
         run.sae.b_enc[0] = -1e6  # feature 0 can never fire
-    result = analyse_features(
-        run.model,
-        run.sae,
-        (tokens,),
-        labels,
-        run.source.task.display_tokens,
-        run.source.output_names,
-        chosen=[0],
-    )
+    result = features_of(run, tokens, labels, chosen=[0])
     report = result.reports[0]
     assert report.density == 0 and report.examples == [] and report.ablation == 0
 

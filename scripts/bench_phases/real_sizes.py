@@ -5,7 +5,8 @@ float32, saved by `transformers` with a byte-level BPE of 2,000 tokens trained o
 vocabulary rows past it are padding, as a hub folder's are; no download), then each command as a user
 types it, in a fresh process, on `hf:<folder>`: `interpret analysis=heads|lens|patching|faithfulness|circuit`
 with their defaults, `train.py experiment=sae` at `blocks.3.hook_resid_post` for 200 steps and
-`interpret analysis=features` on it, `train.py init_from=` for 50 steps of Tiny Shakespeare, and
+`interpret analysis=features` on it, `train.py init_from=` for 50 steps of Tiny Shakespeare (batches of
+8 windows of 128 tokens, a laptop's fine-tuning batch: the text task's 64 take 20 s a step here), and
 `explore` with its defaults: each one's wall time and peak memory (its own RSS). For scale, in one
 process per model: `transformers`' `from_pretrained` and this project's `hf:` load, each one's forward
 pass of 4 x 128 tokens, and the tokens/s of this project's forward up to layer 3 (`run_with_cache(...,
@@ -28,6 +29,7 @@ from bench_phases.families import SHAPES
 
 HOOK = "blocks.3.hook_resid_post"
 SAE_BATCH = 1024  # data.batch_size of experiment=sae: activations per step
+TUNE_BATCH = 8  # windows per step of the init_from= run
 ANALYSES = ("heads", "lens", "patching", "faithfulness", "circuit")
 LIMITS = {"pythia70m": (120.0, 2048.0), "smollm135m": (240.0, 3072.0)}  # seconds, MB: issue 49's targets
 TOOLS = (*ANALYSES, "sae", "features", "init_from", "explore")
@@ -151,6 +153,7 @@ def bench_shape(context: Context, name: str, quick: bool) -> dict:
     progress(f"real_sizes: {name}: train.py init_from=, {steps} steps")
     out[f"real_{name}_init_from_s"], out[f"real_{name}_init_from_mb"] = run(
         [sys.executable, "train.py", f"init_from={source}", "task=text", "data.block_size=128",
+         f"data.batch_size={TUNE_BATCH}",
          f"trainer.max_steps={steps}", "trainer.limit_val_batches=0", "test=false",
          f"hydra.run.dir={work / 'tuned'}",
          QUIET, *threads],

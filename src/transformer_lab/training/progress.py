@@ -1,6 +1,7 @@
 """Progress on the console while a run trains: Lightning's progress bar where someone watches it (a
 terminal or a notebook), one line per validation with its metrics everywhere (train.log too), and where
-no bar is shown (output to a file or a pipe), a line at least every `EVERY` seconds between them.
+no bar is shown (output to a file or a pipe), a line at least every `EVERY` seconds between them (after
+the step that would otherwise leave a longer gap: at every step when steps are that slow).
 
     epoch 2  step 1170  val/loss=0.0311  val/acc=1.0000  (78 s)              after each validation
     progress: step 120 of 3000  train/loss=2.3125  1.2 K tokens/s  about 4 min left   (no bar)
@@ -47,30 +48,32 @@ class ValidationLog(L.Callback):
     too)."""
 
     def __init__(self, shown: tuple[str, ...] = ("val/",)) -> None:
-        self.started = self.said = time.perf_counter()
+        self.started = self.said = self.last = time.perf_counter()
         self.shown = shown
         self.seen, self.first_step = 0, 0
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.started = self.said = time.perf_counter()
+        self.started = self.said = self.last = time.perf_counter()
         self.seen, self.first_step = 0, trainer.global_step
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: object, batch: object, batch_idx: int
     ) -> None:
-        """Where no bar is shown: a line when `EVERY` seconds have passed without one (its step of the
-        total, the training loss, the pace, the time left at that pace)."""
+        """Where no bar is shown: a line when another step like this one would leave `EVERY` seconds
+        without one (its step of the total, this step's training loss, the pace, the time left at that
+        pace)."""
         count, unit = _count(batch)
         self.seen += count
         now = time.perf_counter()
-        if interactive() or now - self.said < EVERY or not trainer.is_global_zero:
+        step_took, self.last = now - self.last, now
+        if interactive() or now - self.said + step_took < EVERY or not trainer.is_global_zero:
             return
         self.said = now
         step, total = trainer.global_step, trainer.estimated_stepping_batches
-        loss = trainer.callback_metrics.get("train/loss")
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         pace = self.seen / max(now - self.started, 1e-9)
         line = f"{HEARTBEAT}step {step}" + (f" of {int(total)}" if total < float("inf") else "")
-        line += "" if loss is None else f"  train/loss={float(loss):.4f}"
+        line += f"  train/loss={float(loss):.4f}" if hasattr(loss, "item") else ""
         line += f"  {_thousands(pace)} {unit}/s"
         done = step - self.first_step
         if total < float("inf") and done > 0:
