@@ -18,6 +18,7 @@ PER_BLOCK = {  # name -> shape, for block i
     "attn.hook_z": (B, T, H, D // H),
     "hook_attn_out": (B, T, D),
     "hook_resid_mid": (B, T, D),
+    "mlp.hook_in": (B, T, D),
     "mlp.hook_post": (B, T, FF),
     "hook_mlp_out": (B, T, D),
     "hook_resid_post": (B, T, D),

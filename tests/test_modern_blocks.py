@@ -205,7 +205,8 @@ def test_hook_points_are_where_transformer_lens_has_them():
     assert names == [
         "blocks.0.hook_resid_pre", "blocks.0.attn.hook_q", "blocks.0.attn.hook_k", "blocks.0.attn.hook_v",
         "blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k", "blocks.0.attn.hook_pattern",
-        "blocks.0.attn.hook_z", "blocks.0.hook_attn_out", "blocks.0.hook_resid_mid", "blocks.0.mlp.hook_pre",
+        "blocks.0.attn.hook_z", "blocks.0.hook_attn_out", "blocks.0.hook_resid_mid", "blocks.0.mlp.hook_in",
+        "blocks.0.mlp.hook_pre",
         "blocks.0.mlp.hook_pre_linear", "blocks.0.mlp.hook_post", "blocks.0.hook_mlp_out",
         "blocks.0.hook_resid_post",
     ]  # fmt: skip

@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> None:
 
         starting(f"Loading {args['sae']} to export it to sae_lens")
         run = load_sae(args["sae"], source=args.get("ckpt_path"))
+        require(
+            run.config.to_dict().get("d_out") is None,
+            f"sae={args['sae']} is a transcoder, which to=sae_lens does not write yet (an SAE's format)",
+        )
         model = (run.record or {}).get("location") or (run.record or {}).get("model_name") or "none"
         with replacing_folder(out, "out", to, overwrite, sources(source)) as folder:
             lines = sae_lens_export.export(run.sae, folder, model, args["sae"])

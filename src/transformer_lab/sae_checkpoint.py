@@ -28,7 +28,8 @@ from torch import Tensor
 from transformer_lab.checkpoint import Checkpoint, load, read_file, resolve
 from transformer_lab.errors import ConfigError, require
 from transformer_lab.limits import require_memory
-from transformer_lab.nn.sae import SAEConfig, SparseAutoencoder, fingerprint, splice
+from transformer_lab.nn.sae import SparseAutoencoder, fingerprint, splice
+from transformer_lab.nn.transcoder import Transcoder, TranscoderConfig, dictionary_config
 
 if TYPE_CHECKING:
     from transformer_lab.nn import TokenModel
@@ -101,7 +102,7 @@ class SAECheckpoint:
         self.device = torch.device(device)
         self.data_path, self._source = data_path, source
         try:
-            self.config = SAEConfig.from_dict(contents["hyper_parameters"]["sae"])
+            self.config = dictionary_config(contents["hyper_parameters"]["sae"])
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"{location}: its SAE config is invalid: {exc}") from None
         self.weights = {
@@ -113,9 +114,14 @@ class SAECheckpoint:
         c = self.config
         return f"SAECheckpoint({self.location!r}: {c.kind}, {c.width} features at {self.hook})"
 
+    def _build(self) -> SparseAutoencoder | Transcoder:
+        """The dictionary of its config, freshly made: an SAE or a transcoder."""
+        kind = Transcoder if isinstance(self.config, TranscoderConfig) else SparseAutoencoder
+        return kind(self.config)
+
     def _check_weights(self) -> None:
         with torch.device("meta"):
-            skeleton = SparseAutoencoder(self.config)
+            skeleton = self._build()
         expected = skeleton.state_dict()
         for key, tensor in expected.items():
             found = self.weights.get(key)
@@ -150,8 +156,8 @@ class SAECheckpoint:
         return (self.contents.get("task") or {}).get("source")
 
     @cached_property
-    def sae(self) -> SparseAutoencoder:
-        sae = SparseAutoencoder(self.config)
+    def sae(self) -> SparseAutoencoder | Transcoder:
+        sae = self._build()
         sae.load_state_dict(self.weights)
         return sae.to(self.device).eval()
 
@@ -193,6 +199,12 @@ class SAECheckpoint:
     @cached_property
     def model(self) -> TokenModel:
         """The source model with the SAE spliced in at its hook (in place: the source's own model)."""
+        if isinstance(self.config, TranscoderConfig):
+            raise ConfigError(
+                f"sae={self.location} is a transcoder (it reads {self.hook} and writes "
+                f"{self.config.output_hook}), which the feature tools do not splice in yet; its measures are "
+                "in its run's metrics.json"
+            )
         model = self.source.model
         try:
             splice(model, self.sae, self.hook)

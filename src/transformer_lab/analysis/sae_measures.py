@@ -105,9 +105,12 @@ def model_sums(
 ) -> dict[str, Tensor]:
     """The sums of `activation_sums` at the SAE's hook and the model-level ones over a batch of the
     model's task (inputs, labels): the loss and the output distribution clean, with the activation
-    replaced by the SAE's reconstruction (spliced in, its error term zeroed), and with zeros. With
-    `previous` (a model reading one stream of tokens), the previous-token counts too."""
+    replaced by the SAE's reconstruction (spliced in, its error term zeroed), and with zeros. A transcoder
+    (`nn.transcoder`) is measured where it writes (`output_hook`, the MLP's output): replaced by what it
+    writes from the MLP's input of the same pass, and zeros there. With `previous` (a model reading one
+    stream of tokens), the previous-token counts too."""
     hook = sae.config.hook
+    writes = getattr(sae.config, "output_hook", "") or hook
     captured: dict[str, Tensor] = {}
 
     def keep(name: str):
@@ -119,19 +122,28 @@ def model_sums(
     def zero(activation: Tensor, point: object) -> Tensor:
         return torch.zeros_like(activation)
 
+    def transcoded(activation: Tensor, point: object) -> Tensor:
+        return sae(captured["read"].flatten(2)).view_as(activation)
+
     with evaluating(model), evaluating(sae):
-        clean = model.run_with_hooks(*inputs, fwd_hooks=[(hook, keep("x"))])
-        ablated = model.run_with_hooks(*inputs, fwd_hooks=[(hook, zero)])
-        with spliced(model, sae):
-            reconstructed = model.run_with_hooks(
-                *inputs,
-                fwd_hooks=[
-                    (f"{hook}.sae.hook_sae_error", zero),
-                    (f"{hook}.sae.hook_sae_acts_post", keep("f")),
-                    (f"{hook}.sae.hook_sae_output", keep("x_hat")),
-                ],
-            )
-    real = real_positions(model, hook, inputs)
+        clean = model.run_with_hooks(*inputs, fwd_hooks=[(writes, keep("x"))])
+        ablated = model.run_with_hooks(*inputs, fwd_hooks=[(writes, zero)])
+        if writes != hook:
+            with sae.hooks([("hook_sae_acts_post", keep("f")), ("hook_sae_output", keep("x_hat"))]):
+                reconstructed = model.run_with_hooks(
+                    *inputs, fwd_hooks=[(hook, keep("read")), (writes, transcoded)]
+                )
+        else:
+            with spliced(model, sae):
+                reconstructed = model.run_with_hooks(
+                    *inputs,
+                    fwd_hooks=[
+                        (f"{hook}.sae.hook_sae_error", zero),
+                        (f"{hook}.sae.hook_sae_acts_post", keep("f")),
+                        (f"{hook}.sae.hook_sae_output", keep("x_hat")),
+                    ],
+                )
+    real = real_positions(model, writes, inputs)
     x, x_hat, f = (captured[name].flatten(2)[real] for name in ("x", "x_hat", "f"))
     sums = activation_sums(x, x_hat, f)
     labelled = labels != IGNORE_INDEX

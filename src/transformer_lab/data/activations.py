@@ -6,7 +6,10 @@
 The source is any checkpoint (a file, a run directory, `pretrained:<name>`, `hf:<folder>`), read by the
 rules of `transformer_lab.checkpoint`; the examples are its task's (for a model of text, the text
 `data.path=` names instead, as `data_path=` does in the tools). Every real position (not padding) of every
-example gives one activation vector at the hook (per-head hooks [B, T, H, D]: flattened to H D).
+example gives one activation vector at the hook (per-head hooks [B, T, H, D]: flattened to H D). With
+`output_hook` (a transcoder's: the MLP's output, the hook reading its input), each row is the pair
+[x | y], the activation at `hook` and at `output_hook` of the same position, from one forward pass that
+stops at the later of the two.
 
 Training activations come two ways:
 
@@ -50,7 +53,7 @@ from transformer_lab.data.activation_task import ActivationTask, first_rows, ran
 from transformer_lab.data.tokens import cached, check_member, count, default_cache_dir
 from transformer_lab.errors import ConfigError, as_config_error, require
 from transformer_lab.limits import require_memory, size_text
-from transformer_lab.nn.sae import activations_at, check_hook, fingerprint, hook_dim, real_positions
+from transformer_lab.nn.sae import activations_at_hooks, check_hook, fingerprint, hook_dim, real_positions
 
 if TYPE_CHECKING:
     from transformer_lab.checkpoint import Checkpoint
@@ -79,6 +82,7 @@ class ActivationsDataModule(ActivationTask):
         self,
         source: str | None = None,
         hook: str | None = None,
+        output_hook: str | None = None,
         path: str | None = None,
         batch_size: int = 1024,
         source_batch_size: int = 32,
@@ -127,13 +131,20 @@ class ActivationsDataModule(ActivationTask):
         self.examples_of = {"val": val_examples, "test": test_examples}
         self.checkpoint = self._load(source, path)
         model = self.checkpoint.model
+        require(
+            output_hook is None or any(n.endswith("hook_mlp_out") for n in model.hook_names()),
+            f"{source} has no MLP (an attention-only model), and a transcoder replaces one; train an SAE "
+            "of its activations instead (experiment=sae)",
+        )
         with as_config_error():
             check_hook(model, hook, source)
-        self.hook = hook
+            if output_hook is not None:
+                check_hook(model, output_hook, source)
+        self.hook, self.output_hook = hook, output_hook
         self.d_in = hook_dim(model, hook)
-        require_memory(
-            buffer * self.d_in * 4 * 2, f"data.buffer={buffer} activations of {self.d_in}", "lower it"
-        )
+        self.d_out = 0 if output_hook is None else hook_dim(model, output_hook)
+        width = self.row_width
+        require_memory(buffer * width * 4 * 2, f"data.buffer={buffer} activations of {width}", "lower it")
         self.splits: dict[str, list] = {}
         self.file: CachedActivations | None = None
 
@@ -163,26 +174,40 @@ class ActivationsDataModule(ActivationTask):
     def max_len(self) -> int:
         return self.checkpoint.config.max_len
 
+    @property
+    def row_width(self) -> int:
+        """The numbers a training row holds: d_in (an SAE's x), or d_in + d_out (a transcoder's [x | y])."""
+        return self.d_in + self.d_out
+
+    def model_settings(self) -> dict:
+        written = {"d_out": self.d_out, "output_hook": self.output_hook} if self.output_hook else {}
+        return super().model_settings() | written
+
     @cached_property
     def fingerprint(self) -> str:
         return fingerprint(self.source_model)
 
     def record(self) -> dict:
-        """The task's record, with its source: where the model is, its weights' sha256, the hook."""
+        """The task's record, with its source: where the model is, its weights' sha256, the hook (and
+        the output hook)."""
         source = {"location": self.location, "fingerprint": self.fingerprint, "hook": self.hook}
+        if self.output_hook:
+            source["output_hook"] = self.output_hook
         return super().record() | {"source": source}
 
     # ----------------------------------------------------------------------------- the activations
     def activations(self, batch: tuple[Tensor, ...]) -> Tensor:
-        """The activations [N, d_in] at the real positions of a batch of the source's task (*inputs,
-        labels)."""
+        """The rows [N, row_width] at the real positions of a batch of the source's task (*inputs,
+        labels): the activations at the hook (and beside them those at the output hook)."""
         *inputs, _ = batch
         model = self.source_model
         device = next(model.parameters()).device
         inputs = tuple(x.to(device) for x in inputs)
+        hooks = [self.hook] + ([self.output_hook] if self.output_hook else [])
         with torch.inference_mode():
-            found = activations_at(model, self.hook, *inputs)
-            return found[real_positions(model, self.hook, inputs)].float().cpu()
+            found = activations_at_hooks(model, hooks, *inputs)
+            real = real_positions(model, self.hook, inputs)
+            return torch.cat([x[real] for x in found], dim=-1).float().cpu()
 
     def source_batches(self, rank: int = 0, world: int = 1) -> Iterator[tuple[Tensor, ...]]:
         """The source task's training batches, epoch after epoch, this rank's share (every world-th batch),
@@ -208,7 +233,7 @@ class ActivationsDataModule(ActivationTask):
         return first_rows(self.stream(), count)
 
     def stream(self, rank: int = 0, world: int = 1) -> Iterator[Tensor]:
-        """Activations [n, d_in], a source batch at a time, endlessly."""
+        """Rows [n, row_width], a source batch at a time, endlessly."""
         for batch in self.source_batches(rank, world):
             yield self.activations(batch)
 
@@ -254,7 +279,7 @@ class MixedBatches(IterableDataset):
         task = self.task
         generator = torch.Generator().manual_seed(task.seed + 7919 * self.rank)
         stream = task.stream(self.rank, self.world)
-        pool = torch.empty(0, task.d_in)
+        pool = torch.empty(0, task.row_width)
         while True:
             parts = [pool]
             held = len(pool)
@@ -272,20 +297,20 @@ class MixedBatches(IterableDataset):
 
 # ----------------------------------------------------------------------------------------- the cache
 class CachedActivations:
-    """A cache entry's activations (`activations.bin`: float32 rows [count, d_in]), opened and checked;
-    each row read with pread into the batch: a memory map of the file would count every page its random
-    rows fault in, and the pages the kernel maps around each of them, as the process's own resident
-    memory (measured: +100 MB per batch on a 128 MB file), which then grows with the file."""
+    """A cache entry's activations (`activations.bin`: float32 rows [count, d_in + d_out]), opened and
+    checked; each row read with pread into the batch: a memory map of the file would count every page
+    its random rows fault in, and the pages the kernel maps around each of them, as the process's own
+    resident memory (measured: +100 MB per batch on a 128 MB file), which then grows with the file."""
 
     def __init__(self, folder: Path, meta: dict, fd: int):
         self.folder, self.meta = folder, meta
-        self.count, self.d_in = int(meta["count"]), int(meta["d_in"])
+        self.count, self.width = int(meta["count"]), int(meta["d_in"]) + int(meta.get("d_out", 0))
         self._file = os.fdopen(fd, "rb")
 
     def rows(self, index: np.ndarray) -> Tensor:
-        """The activations at sorted row indices, [len(index), d_in]."""
-        size = self.d_in * 4
-        out = np.empty((len(index), self.d_in), dtype="<f4")
+        """The rows at sorted row indices, [len(index), d_in + d_out]."""
+        size = self.width * 4
+        out = np.empty((len(index), self.width), dtype="<f4")
         view = memoryview(out).cast("B")
         fd = self._file.fileno()
         for k, row in enumerate(index.tolist()):
@@ -318,6 +343,7 @@ def cache_key(task: ActivationsDataModule) -> str:
         "format": CACHE_FORMAT,
         "fingerprint": task.fingerprint,
         "hook": task.hook,
+        **({"output_hook": task.output_hook} if task.output_hook else {}),
         "data": {k: v for k, v in text.items() if k not in ("batch_size", "verbose", "cache_dir")},
         "path": task.hparams.path,
         "count": task.cache_tokens,
@@ -331,13 +357,15 @@ def cached_activations(task: ActivationsDataModule) -> CachedActivations:
     """The task's activations from its cache entry, built first if it is not there (with progress)."""
     key = cache_key(task)
     name = f"activations-{key[:24]}"
-    size = task.cache_tokens * task.d_in * 4
+    size = task.cache_tokens * task.row_width * 4
 
     def read(folder: Path, meta: dict) -> CachedActivations:
         require(
-            meta.get("count") == task.cache_tokens and meta.get("d_in") == task.d_in,
+            meta.get("count") == task.cache_tokens
+            and meta.get("d_in") == task.d_in
+            and meta.get("d_out", 0) == task.d_out,
             f"data cache {folder}/meta.json does not describe {task.cache_tokens} activations of "
-            f"{task.d_in}; remove {folder}",
+            f"{task.row_width}; remove {folder}",
         )
         return CachedActivations(folder, meta, check_member(folder, meta, "activations.bin", size))
 
@@ -352,7 +380,7 @@ def cached_activations(task: ActivationsDataModule) -> CachedActivations:
     if task.verbose:
         how = f"built in {time.perf_counter() - started:.1f} s" if built else "cached"
         log.info(
-            f"Activations of {task.hparams.source} at {task.hook}: {count(file.count)} x {task.d_in} "
+            f"Activations of {task.hparams.source} at {task.hook}: {count(file.count)} x {task.row_width} "
             f"({size_text(size)}) in {file.folder}, {how}"
         )
     return file
@@ -384,6 +412,7 @@ def write_activations(task: ActivationsDataModule, path: Path) -> dict:
     return {
         "count": written,
         "d_in": task.d_in,
+        **({"d_out": task.d_out} if task.output_hook else {}),
         "source": task.location,
         "fingerprint": task.fingerprint,
         "hook": task.hook,

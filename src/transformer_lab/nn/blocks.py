@@ -51,7 +51,9 @@ def make_dropout(p: float) -> nn.Module:
 class MLP(nn.Module):
     """FFN(x) = W_2 act(W_1 x + b_1) + b_2, applied to every position on its own (Vaswani et al., eq. 2).
 
-    Hook point `hook_post`: the hidden activation act(W_1 x + b_1), [B, T, dim_feedforward].
+    Hook points: `hook_in`, what the MLP reads, [B, T, model_dim] (the normalised stream in a pre-norm
+    block: TransformerLens's `ln2.hook_normalized`; what a transcoder reads); `hook_post`, the hidden
+    activation act(W_1 x + b_1), [B, T, dim_feedforward].
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class MLP(nn.Module):
         super().__init__()
         if activation not in PLAIN:
             raise ValueError(f"model.activation={activation!r} is unknown; use one of {sorted(PLAIN)}")
+        self.hook_in = HookPoint()
         self.fc_in = nn.Linear(model_dim, dim_feedforward, bias=bias)
         self.act = PLAIN[activation]()
         self.hook_post = HookPoint()
@@ -67,6 +70,7 @@ class MLP(nn.Module):
         self.fc_out = nn.Linear(dim_feedforward, model_dim, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        x = self.hook_in(x)
         return self.fc_out(self.dropout(self.hook_post(self.act(self.fc_in(x)))))
 
 
@@ -76,8 +80,9 @@ class GatedMLP(nn.Module):
     up projection) [F, D], `fc_out` (the down projection) [D, F]. For as many parameters as a plain MLP of
     width 4 D, F = 8 D / 3.
 
-    Hook points (TransformerLens's): `hook_pre` (W_gate x, before the activation), `hook_pre_linear`
-    (W_up x), `hook_post` (act(W_gate x) * W_up x), each [B, T, dim_feedforward].
+    Hook points: `hook_in` (what it reads, as `MLP`'s), and TransformerLens's `hook_pre` (W_gate x, before
+    the activation), `hook_pre_linear` (W_up x), `hook_post` (act(W_gate x) * W_up x), each
+    [B, T, dim_feedforward].
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class GatedMLP(nn.Module):
         if activation not in GATES:
             raise ValueError(f"model.activation={activation!r} is not gated; use one of {sorted(GATES)}")
         self.gate = GATES[activation]
+        self.hook_in = HookPoint()
         self.fc_gate = nn.Linear(model_dim, dim_feedforward, bias=bias)
         self.fc_in = nn.Linear(model_dim, dim_feedforward, bias=bias)
         self.hook_pre = HookPoint()
@@ -96,6 +102,7 @@ class GatedMLP(nn.Module):
         self.fc_out = nn.Linear(dim_feedforward, model_dim, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        x = self.hook_in(x)
         hidden = self.gate(self.hook_pre(self.fc_gate(x))) * self.hook_pre_linear(self.fc_in(x))
         return self.fc_out(self.dropout(self.hook_post(hidden)))
 

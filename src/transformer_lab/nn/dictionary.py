@@ -3,12 +3,13 @@ decoder of unit-norm directions, an input scale, and the training terms (Bricken
 
     pre    = encoder input W_enc + b_enc          [..., width]   (what the encoder reads: the subclass's)
     f      = act(pre)                            [..., width]   the kind's activation (`nn.sae_kinds`)
-    out    = (f W_dec + b_dec) / s               [..., d_out]   what it writes
+    out    = (f W_dec + b_dec) / s_out + skip    [..., d_out]   what it writes
 
-An SAE (`nn.sae.SparseAutoencoder`) reads and writes the same activation; a dictionary that reads one
-activation and writes another differs only in what it reads and writes. Row i of W_dec is feature i's
-direction, kept at unit norm while training; `s` (`input_scale`) makes the activations' mean norm
-sqrt(d_in), so that one sparsity coefficient fits every hook (Anthropic's normalisation).
+An SAE (`nn.sae.SparseAutoencoder`) reads and writes the same activation (s_out = s, no skip); a
+transcoder (`nn.transcoder.Transcoder`) reads an MLP's input and writes its output, with a scale of its
+own for what it writes and an optional linear skip. Row i of W_dec is feature i's direction, kept at unit
+norm while training; `s` (`input_scale`) makes the activations' mean norm sqrt(d_in), so that one
+sparsity coefficient fits every hook (Anthropic's normalisation).
 
 Hook points (SAELens's names): `hook_sae_input`, `hook_sae_acts_pre`, `hook_sae_acts_post` (the features),
 `hook_sae_recons`, `hook_sae_error`, `hook_sae_output`.
@@ -65,11 +66,25 @@ class Dictionary(HookedModule):
         return self.config.width
 
     @property
+    def d_out(self) -> int:
+        """The size of what it writes (an SAE: d_in)."""
+        return self.W_dec.size(1)
+
+    @property
     def threshold(self) -> Tensor | None:
         """Each feature's threshold theta [width] in use (jumprelu, batchtopk), else None."""
         return self.kind.threshold(self)
 
     # ------------------------------------------------------------------------------- the forward pass
+    @property
+    def output_scale(self) -> Tensor:
+        """s_out, the scale of what it writes (an SAE writes what it reads: s)."""
+        return self.input_scale
+
+    def skip(self, x: Tensor) -> Tensor | None:
+        """The part of the output read linearly from the input, in the scaled output space (or None)."""
+        return None
+
     def encoder_input(self, x: Tensor) -> Tensor:
         """What the encoder multiplies by W_enc: s x (an SAE subtracts b_dec too)."""
         return x * self.input_scale
@@ -88,12 +103,17 @@ class Dictionary(HookedModule):
         return self.hook_sae_acts_post(self.activate(self.pre_activations(x)))
 
     def decode(self, f: Tensor) -> Tensor:
-        """(f W_dec + b_dec) / s."""
-        return self.hook_sae_recons((f @ self.W_dec + self.b_dec) / self.input_scale)
+        """(f W_dec + b_dec) / s_out: the features' part of what it writes."""
+        return self.hook_sae_recons((f @ self.W_dec + self.b_dec) / self.output_scale)
+
+    def write(self, x: Tensor, f: Tensor) -> Tensor:
+        """What it writes for activations x and their features f: decode(f), plus the skip's part."""
+        out, skip = self.decode(f), self.skip(x)
+        return out if skip is None else out + skip / self.output_scale
 
     def forward(self, x: Tensor) -> Tensor:
         """What it writes for activations x [..., d_in]."""
-        return self.hook_sae_output(self.decode(self.encode(x)))
+        return self.hook_sae_output(self.write(x, self.encode(x)))
 
     # ----------------------------------------------------------------------------------- training
     def training_losses(
@@ -107,18 +127,19 @@ class Dictionary(HookedModule):
         """The terms of the training loss on activations x [N, d_in] writing `target` [N, d_out] (an SAE:
         x itself), in the scaled space:
 
-            reconstruction = mean_n ||s target_n - (f_n W_dec + b_dec)||^2   (summed over dimensions)
+            reconstruction = mean_n ||s_out target_n - (f_n W_dec + b_dec + skip)||^2   (summed over dims)
             sparsity       = coefficient * the kind's penalty (relu: mean_n sum_i f_ni; jumprelu: the L0)
             aux            = aux_k * mean_n ||e_n - e_hat_n||^2 (kinds with `aux`: AuxK, Gao et al. 2024):
-                             the d_in / 2 largest pre-activations of the `dead` features [width] (bool)
+                             the d_out / 2 largest pre-activations of the `dead` features [width] (bool)
                              alone reconstruct the error e, which gives dead features a gradient
 
         and `features` (f, detached) and `loss`, their sum."""
         kind = self.kind
         pre = self.pre_activations(x)
         f = self.hook_sae_acts_post(self.activate(pre))
-        scaled = (x if target is None else target) * self.input_scale
-        recon = f @ self.W_dec + self.b_dec
+        scaled = (x if target is None else target) * self.output_scale
+        recon, skip = f @ self.W_dec + self.b_dec, self.skip(x)
+        recon = recon if skip is None else recon + skip
         error = scaled - recon
         losses = {"reconstruction": error.pow(2).sum(-1).mean()}
         penalty = kind.penalty(self, pre, f)
@@ -132,13 +153,14 @@ class Dictionary(HookedModule):
         return losses
 
     def _aux_loss(self, pre: Tensor, error: Tensor, dead: Tensor | None) -> Tensor:
-        """AuxK: the top k_aux = d_in / 2 dead features reconstruct the error, scaled down while few are
-        dead (SAELens's form of Gao et al.'s auxiliary loss)."""
+        """AuxK: the top k_aux = d_out / 2 dead features reconstruct the error, scaled down while few are
+        dead (SAELens's form of Gao et al.'s auxiliary loss; an SAE's d_out is its d_in)."""
         count = 0 if dead is None else int(dead.sum())
         if count == 0:
             return pre.new_zeros(())
-        k_aux = min(max(self.config.d_in // 2, 1), count)
-        scale = min(count / max(self.config.d_in // 2, 1), 1.0)
+        half = max(self.W_dec.size(1) // 2, 1)
+        k_aux = min(half, count)
+        scale = min(count / half, 1.0)
         masked = torch.where(dead, pre, torch.full_like(pre, -torch.inf))
         top = masked.topk(k_aux, dim=-1)
         f = torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())

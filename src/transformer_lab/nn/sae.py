@@ -252,18 +252,25 @@ def spliced(model: HookedModule, sae: SparseAutoencoder, hook: str | None = None
 def activations_at(model: HookedModule, hook: str, *inputs: Tensor) -> Tensor:
     """The activation at `hook` for `inputs`, [B, T, d] (per-head hooks flattened to [B, T, H D]); the
     forward pass stops there (nothing after the hook is computed). Under the caller's autograd mode."""
-    found: list[Tensor] = []
+    return activations_at_hooks(model, [hook], *inputs)[0]
+
+
+def activations_at_hooks(model: HookedModule, hooks: list[str], *inputs: Tensor) -> list[Tensor]:
+    """The activations at each of `hooks` (as `activations_at`), in their order; the forward pass stops
+    at the last of them to run."""
+    found: dict[str, Tensor] = {}
 
     def keep(activation: Tensor, point: HookPoint) -> None:
-        found.append(activation.flatten(2) if activation.dim() == 4 else activation)
-        raise StopForward
+        found[point.name] = activation.flatten(2) if activation.dim() == 4 else activation
+        if len(found) == len(set(hooks)):
+            raise StopForward
 
     try:
-        with model.hooks([(hook, keep)]):
+        with model.hooks([(hook, keep) for hook in dict.fromkeys(hooks)]):
             model(*inputs)
     except StopForward:
         pass
-    return found[0]
+    return [found[hook] for hook in hooks]
 
 
 def real_positions(model: nn.Module, hook: str, inputs: tuple[Tensor, ...]) -> Tensor:

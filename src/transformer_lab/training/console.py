@@ -167,10 +167,13 @@ def model_summary(net: TokenModel) -> str:
     return f"Model: {type(net).__name__} ({shape}), {params}"
 
 
-def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None, sae: bool = False) -> list[str]:
+def run_summary(
+    output_dir: Path, metrics: dict, best_ckpt: str | None, sae: bool = False, transcoder: bool = False
+) -> list[str]:
     """The lines that end a run: its test metrics and where its files are, with the commands that open
     them (as `python -m transformer_lab.<tool>`: they work in a checkout and in an installed package).
-    `sae`: a sparse autoencoder's run (its answer keys' grades, the tools that read features)."""
+    `sae`: a sparse dictionary's run (its answer keys' grades, and for an SAE, not a `transcoder`, the
+    tools that read features)."""
     tests = "  ".join(f"{k}={v:.4f}" for k, v in metrics.items() if k.startswith("test/"))
     run_dir = shown_path(output_dir)
     lines = [f"Test: {tests or 'skipped'}"]
@@ -194,7 +197,9 @@ def run_summary(output_dir: Path, metrics: dict, best_ckpt: str | None, sae: boo
         lines.append(f"  snapshots     {shown_path(snapshots)}/ ({many}, {size:.1f} MB on disk)")
     if any(output_dir.rglob("events.out.tfevents.*")):  # none with fast_dev_run or ~logger
         lines.append(f"  TensorBoard   tensorboard --logdir {run_dir}")
-    if best_ckpt and sae:
+    if transcoder:
+        pass  # no tool reads a transcoder's run yet
+    elif best_ckpt and sae:
         command = f"python -m transformer_lab.interpret analysis=features sae={shown_path(best_ckpt)}"
         lines.append(f"  Features      {command}")
     elif best_ckpt or last.is_file():

@@ -313,5 +313,7 @@ def _write_results(trainer: L.Trainer, cfg: DictConfig, metrics: dict, output_di
         # to garbage collection at exit can lose them (the last job of a sweep then has no hp/ scalars).
         logger.finalize("success")
     sae = "sae" in hparams
-    for line in console.run_summary(output_dir, metrics, metrics.get("best_ckpt_path"), sae=sae):
+    transcoder = sae and "d_out" in hparams["sae"]
+    best = metrics.get("best_ckpt_path")
+    for line in console.run_summary(output_dir, metrics, best, sae=sae, transcoder=transcoder):
         log.info(line)

@@ -1,10 +1,12 @@
-"""SAEModule: the LightningModule that trains a sparse autoencoder (`transformer_lab.nn.sae`).
+"""SAEModule: the LightningModule that trains a sparse dictionary: a sparse autoencoder
+(`transformer_lab.nn.sae`) or a transcoder (`transformer_lab.nn.transcoder`).
 
-Thin, as `TransformerPredictor` is: `.net` is the plain `SparseAutoencoder` (built from the `sae`
-hyperparameters, an `SAEConfig` as plain data); this class adds the loss, its schedule, the decoder's unit
-norm, the dead features and the measures. Training batches are activations [B, d_in] (an
-`ActivationTask`'s); validation and test batches are activations too, or the source model's own batches
-`(*inputs, labels)`, on which the model-level measures are taken with the SAE spliced in
+Thin, as `TransformerPredictor` is: `.net` is the plain `SparseAutoencoder` or `Transcoder` (built from
+the `sae` hyperparameters, its config as plain data: a transcoder's says what it writes, `d_out`); this
+class adds the loss, its schedule, the decoder's unit norm, the dead features and the measures. Training
+batches are activations [B, d_in] (an `ActivationTask`'s), a transcoder's the pairs [B, d_in + d_out] of
+what it reads and what it writes; validation and test batches are the same, or the source model's own
+batches `(*inputs, labels)`, on which the model-level measures are taken with the dictionary spliced in
 (`analysis.sae_measures`).
 
 Each step: the loss (`Dictionary.training_losses`: reconstruction, the kind's sparsity penalty with its
@@ -32,8 +34,9 @@ from transformer_lab.deprecated import renamed
 from transformer_lab.errors import as_config_error, require
 from transformer_lab.limits import require_memory, size_text
 from transformer_lab.nn import sae_kinds
-from transformer_lab.nn.sae import SAEConfig, SparseAutoencoder
+from transformer_lab.nn.dictionary import unit_rows
 from transformer_lab.nn.schedules import SCHEDULES, warmup_scheduler
+from transformer_lab.nn.transcoder import build_dictionary, dictionary_config
 from transformer_lab.training.checkpoint_io import FORMAT_VERSION
 from transformer_lab.training.config_checks import check_arguments
 from transformer_lab.training.datamodule import task_of
@@ -60,7 +63,7 @@ class MeasureSums(Metric):
 
 
 class SAEModule(L.LightningModule):
-    """Trains `.net`, a SparseAutoencoder (see the module docstring).
+    """Trains `.net`, a SparseAutoencoder or a Transcoder (see the module docstring).
 
     sae: the SAE's config as a dict (kind, d_in, width, k, hook). l1_coefficient, l0_coefficient: the
     sparsity penalty's coefficient, under SAELens's name for the kind (relu: l1_coefficient, of sum f;
@@ -87,7 +90,8 @@ class SAEModule(L.LightningModule):
     ):
         super().__init__()
         with as_config_error():
-            config = SAEConfig.from_dict(dict(sae))
+            net = build_dictionary(dict(sae))
+        config = net.config
         sae = config.to_dict()
         betas = [float(b) for b in betas]
         rule = config.rule
@@ -105,7 +109,7 @@ class SAEModule(L.LightningModule):
             l0_coefficient = rule.default_coefficient
         self.save_hyperparameters()
         _check_hparams(self.hparams)
-        self.net = SparseAutoencoder(config)
+        self.net = net
         self.register_buffer("steps_since_fired", torch.zeros(config.width, dtype=torch.long))
         self.grades: dict[str, float] = {}  # the answer keys' grades of the last test (metrics.json)
         self.histogram: dict | None = None  # the last test's feature-density histogram (metrics.json)
@@ -128,20 +132,34 @@ class SAEModule(L.LightningModule):
             and len(source.vocab) <= sae_measures.MAX_PREVIOUS_VOCAB
         ):
             vocab = len(source.vocab)
-        self.val_sums = MeasureSums(config.width, config.d_in).to(self.device)
-        self.test_sums = MeasureSums(config.width, config.d_in, vocab).to(self.device)
+        self.val_sums = MeasureSums(config.width, self.net.d_out).to(self.device)
+        self.test_sums = MeasureSums(config.width, self.net.d_out, vocab).to(self.device)
+
+    def split(self, batch: Tensor) -> tuple[Tensor, Tensor | None]:
+        """(what the dictionary reads, what it writes or None for an SAE) of a batch of rows."""
+        d_in = self.net.config.d_in
+        rows = batch.float()
+        return (rows, None) if rows.size(-1) == d_in else (rows[..., :d_in], rows[..., d_in:])
 
     def on_fit_start(self) -> None:
-        """A new run: the input scale s (mean norm of s x: sqrt(d_in)) and b_dec (the mean of s x) from a
-        sample of the training activations, the same on every DDP rank."""
-        if self.global_step > 0 or float(self.net.input_scale) != 1.0:
+        """A new run: the input scale s (mean norm of s x: sqrt(d_in)), a transcoder's output scale s_out
+        (mean norm of s_out y: sqrt(d_out)) and b_dec (the mean of what it writes, scaled) from a sample
+        of the training activations, the same on every DDP rank."""
+        net = self.net
+        if self.global_step > 0 or float(net.input_scale) != 1.0:
             return  # resumed, or set already
-        sample = self.task.scale_sample().to(self.device).float()
-        scale = math.sqrt(self.net.config.d_in) / float(sample.norm(dim=1).mean().clamp(min=1e-12))
-        scale, mean = self.trainer.strategy.broadcast((scale, (sample * scale).mean(0).cpu()), src=0)
+        x, y = self.split(self.task.scale_sample().to(self.device))
+
+        def scale_of(rows: Tensor) -> float:
+            return math.sqrt(rows.size(-1)) / float(rows.norm(dim=1).mean().clamp(min=1e-12))
+
+        scales = (scale_of(x), scale_of(x if y is None else y))
+        mean = ((x if y is None else y) * scales[1]).mean(0).cpu()
+        scales, mean = self.trainer.strategy.broadcast((scales, mean), src=0)
         with torch.no_grad():
-            self.net.input_scale.fill_(scale)
-            self.net.b_dec.copy_(mean.to(self.device))
+            net.input_scale.fill_(scales[0])
+            net.output_scale.fill_(scales[1])  # an SAE's is its input scale: the same number
+            net.b_dec.copy_(mean.to(self.device))
 
     # ----------------------------------------------------------------------------------- training
     @property
@@ -161,8 +179,8 @@ class SAEModule(L.LightningModule):
         return self.steps_since_fired >= self.hparams.dead_window
 
     def training_step(self, batch: Tensor, batch_idx: int) -> Tensor:
-        x = batch.float()
-        losses = self.net.training_losses(x, self.coefficient_now(), self.hparams.aux_k, self.dead())
+        x, target = self.split(batch)
+        losses = self.net.training_losses(x, self.coefficient_now(), self.hparams.aux_k, self.dead(), target)
         f = losses.pop("features")
         fired = (f > 0).any(dim=0)
         self.steps_since_fired += 1
@@ -179,7 +197,7 @@ class SAEModule(L.LightningModule):
         """After the step: every `resample_every` steps, resample the dead features (kinds that do)."""
         every = self.hparams.resample_every
         if every and self.net.kind.resamples and self.global_step % every == 0:
-            self.log("train/resampled", float(self.resample(batch.float())), batch_size=len(batch))
+            self.log("train/resampled", float(self.resample(batch)), batch_size=len(batch))
 
     def _logs_this_step(self) -> bool:
         trainer = self.trainer
@@ -194,31 +212,34 @@ class SAEModule(L.LightningModule):
         self.net.normalize_decoder()
 
     @torch.no_grad()
-    def resample(self, x: Tensor) -> int:
-        """Give each dead feature (on every DDP rank) the direction of an input of this batch (rank 0's)
-        drawn with probability proportional to its squared reconstruction error; its encoder column that
-        direction at 0.2 of the live features' mean encoder norm; b_enc 0; Adam's moments of it zeroed.
-        Returns how many were resampled."""
+    def resample(self, batch: Tensor) -> int:
+        """Give each dead feature (on every DDP rank) the direction of the error of a row of this batch
+        (rank 0's) drawn with probability proportional to its square; its encoder column that direction
+        (a transcoder's: the direction of that row's input) at 0.2 of the live features' mean encoder
+        norm; b_enc 0; Adam's moments of it zeroed. Returns how many were resampled."""
         steps = self.trainer.strategy.reduce(self.steps_since_fired.float(), reduce_op="min")
         dead = (steps >= self.hparams.dead_window).nonzero()[:, 0]
-        x = self.trainer.strategy.broadcast(x.cpu(), src=0).to(self.device)
+        x, target = self.split(self.trainer.strategy.broadcast(batch.cpu(), src=0).to(self.device))
         if len(dead) == 0:
             return 0
         net = self.net
         was_training = net.training
         net.eval()
-        error = x * net.input_scale - (net.encode(x) @ net.W_dec + net.b_dec)
+        written, skip = net.encode(x) @ net.W_dec + net.b_dec, net.skip(x)
+        written = written if skip is None else written + skip
+        error = (x if target is None else target) * net.output_scale - written
         net.train(was_training)
         weights = error.pow(2).sum(-1)
         if float(weights.sum()) <= 0:
             return 0
         generator = torch.Generator(device=weights.device).manual_seed(self.global_step)
         picks = torch.multinomial(weights, len(dead), replacement=True, generator=generator)
-        directions = error[picks] / error[picks].norm(dim=1, keepdim=True).clamp(min=1e-12)
+        directions = unit_rows(error[picks])
+        reads = directions if target is None else unit_rows(x[picks])
         alive = ~torch.isin(torch.arange(net.width, device=dead.device), dead)
         norm = net.W_enc[:, alive].norm(dim=0).mean() if bool(alive.any()) else torch.tensor(1.0)
         net.W_dec[dead] = directions
-        net.W_enc[:, dead] = directions.t() * 0.2 * norm
+        net.W_enc[:, dead] = reads.t() * 0.2 * norm
         net.b_enc[dead] = 0.0
         self.steps_since_fired[dead] = 0
         optimizer = self.optimizers(use_pl_optimizer=False)
@@ -238,9 +259,9 @@ class SAEModule(L.LightningModule):
         """Add a batch's sums to `sums`: activations, or the source model's batch (*inputs, labels)."""
         net = self.net
         if isinstance(batch, Tensor):
-            x = batch.float()
+            x, target = self.split(batch)
             f = net.encode(x)
-            sums.update(sae_measures.activation_sums(x, net.decode(f), f))
+            sums.update(sae_measures.activation_sums(x if target is None else target, net.write(x, f), f))
         else:
             *inputs, labels = batch
             source = self.task.source_model.to(self.device)
@@ -257,7 +278,7 @@ class SAEModule(L.LightningModule):
         reconstruction's squared error in the scaled space, plus the coefficient times the kind's penalty
         (sum f or ||f||_0) per position."""
         n = float(totals["positions"])
-        s = float(self.net.input_scale)
+        s = float(self.net.output_scale)
         loss = s * s * float(totals["squared_error"]) / n
         penalty = self.net.kind.penalty_sum
         if penalty is not None:
@@ -343,15 +364,23 @@ def _check_hparams(h: Mapping) -> None:
     )
 
 
-SHAPE_KEYS = ("kind", "expansion", "k", "bandwidth", "threshold")  # the SAE's config; the rest: training's
+SHAPE_KEYS = (
+    "kind",
+    "expansion",
+    "k",
+    "bandwidth",
+    "threshold",
+    "skip",
+)  # the dictionary's; the rest: training
 
 
 def build_sae_module(settings: Mapping, task: ActivationTask) -> SAEModule:
-    """The SAE module for the config's `model.*` settings on an activation task: `kind`, `expansion` (the
-    width is expansion x the task's d_in), the kind's own settings (`k`, `bandwidth`, `threshold`: null
-    or absent, the kind's default; a setting of another kind is ignored, so one sweep can cross kinds),
-    and the training settings of SAEModule. Widths the machine cannot hold are refused before anything is
-    allocated."""
+    """The module for the config's `model.*` settings on an activation task: an SAE, or a transcoder
+    where the task's rows pair what it reads with what it writes (`d_out` in its `model_settings`).
+    `kind`, `expansion` (the width is expansion x the task's d_in), the kind's own settings (`k`,
+    `bandwidth`, `threshold`: null or absent, the kind's default; a setting of another kind is ignored,
+    so one sweep can cross kinds), a transcoder's `skip`, and the training settings of SAEModule. Widths
+    the machine cannot hold are refused before anything is allocated."""
     kind = settings.get("kind") or sae_kinds.DEFAULT
     with as_config_error():
         rule = sae_kinds.get(kind)
@@ -365,17 +394,26 @@ def build_sae_module(settings: Mapping, task: ActivationTask) -> SAEModule:
         isinstance(expansion, int) and not isinstance(expansion, bool) and expansion > 0,
         f"model.expansion={expansion!r} must be a positive integer (features per activation dimension)",
     )
-    d_in = task.d_in
+    stated = task.model_settings()
+    d_in, d_out = task.d_in, stated.get("d_out", task.d_in)
+    skip = settings.get("skip") or False
+    require(
+        not skip or "d_out" in stated,
+        "model.skip=true is a transcoder's (experiment=transcoder); an SAE writes what it reads",
+    )
     width = expansion * d_in
-    elements = 2 * width * d_in + width + d_in
+    elements = width * (d_in + d_out) + width + d_out + (d_in * d_out if skip is True else 0)
     require_memory(
         4 * 4 * elements,  # weights, gradients, Adam's two moments: float32
-        f"an SAE of model.expansion={expansion} x d_in={d_in} = {width} features ({size_text(16 * elements)} "
-        "with its gradients and optimizer state)",
+        f"{'a transcoder' if 'd_out' in stated else 'an SAE'} of model.expansion={expansion} x d_in={d_in} = "
+        f"{width} features "
+        f"({size_text(16 * elements)} with its gradients and optimizer state)",
         "lower model.expansion",
     )
     config = {"kind": kind, "d_in": d_in, "width": width, "hook": task.hook}
+    if "d_out" in stated:
+        config |= {"d_out": d_out, "output_hook": stated["output_hook"], "skip": skip}
     config |= {key: settings[key] for key in rule.settings if settings.get(key) is not None}
     with as_config_error():
-        config = SAEConfig.from_dict(config).to_dict()
+        config = dictionary_config(config).to_dict()
     return SAEModule(sae=config, **training)
