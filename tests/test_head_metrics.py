@@ -126,3 +126,22 @@ def test_on_by_default_removable_and_checked():
     assert "head_metrics" not in removed.callbacks
     with pytest.raises(ConfigError, match="every_n_epochs=0 must be a positive integer"):
         HeadMetricsCallback(every_n_epochs=0)
+
+
+def test_the_end_of_training_ablation_reads_the_examples_its_budget_allows(monkeypatch, caplog):
+    """A pass per head ablated on every example takes minutes on a 70 M-parameter model: the ablation at
+    the end of training reads as many of the callback's examples as fit analysis=heads' time budget (here
+    a budget that holds the fewest), saying so; a small model within it keeps them all."""
+    import logging
+
+    from transformer_lab.analysis import budget, measures
+
+    model, x = hand_made(mirror=True), digits(32)
+    heads = measures.Heads(model, (x,), x.flip(1))
+    assert HeadMetricsCallback._within_budget(heads) is heads  # 32 examples of a tiny model: all
+    monkeypatch.setattr(budget, "SECONDS", 1e-9)
+    with caplog.at_level(logging.INFO, logger="transformer_lab"):
+        fewer = HeadMetricsCallback._within_budget(heads)
+    assert fewer.labels.shape[0] == budget.FEWEST and torch.equal(fewer.inputs[0], x[: budget.FEWEST])
+    assert f"head ablation at the end of training: {budget.FEWEST} examples, not 32" in caplog.text
+    assert "callbacks.head_metrics.num_examples= sets it" in caplog.text
