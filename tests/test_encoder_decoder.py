@@ -203,7 +203,7 @@ def test_encoder_decoder_hook_points():
         "hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_pattern", "attn.hook_z",
         "hook_attn_out", "hook_resid_mid", "cross_attn.hook_q", "cross_attn.hook_k", "cross_attn.hook_v",
         "cross_attn.hook_pattern", "cross_attn.hook_z", "hook_cross_attn_out", "hook_resid_mid_cross",
-        "mlp.hook_post", "hook_mlp_out", "hook_resid_post",
+        "mlp.hook_in", "mlp.hook_post", "hook_mlp_out", "hook_resid_post",
     ]  # fmt: skip
     logits, cache = model.run_with_cache(source, target)
     assert list(cache) == names
